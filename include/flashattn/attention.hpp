@@ -1,0 +1,68 @@
+#pragma once
+// Exact attention, forward and backward.
+//
+// Layout: q (batch, seqlen_q, heads_q, head_dim), k and v (batch, seqlen_k, heads_kv, head_dim),
+// any strides with a contiguous last dimension. Variable-length batches pack the sequences
+// along one dimension instead: q (total_q, heads_q, head_dim) with cu_seqlens_q (batch + 1,
+// int32) holding the offsets, as flash-attn does. heads_q must be a multiple of heads_kv
+// (GQA/MQA); no copies of K/V are made.
+//
+// LSE (log-sum-exp of the scaled scores, natural log, float32) is (batch, heads_q, seqlen_q),
+// or (heads_q, total_q) for variable length. A query row that sees no key (fully masked, or
+// seqlen_k = 0) gets output 0 and LSE -inf.
+//
+// The backend follows the tensors' device: CPU tensors run on the CPU backend, CUDA tensors on
+// the CUDA backend, asynchronously on `stream` (a cudaStream_t; null = default stream). GPU
+// entry points never synchronize. Every argument is validated first; on error a
+// flashattn::Error is thrown and nothing is written.
+#include <optional>
+
+#include "flashattn/tensor.hpp"
+
+namespace flashattn {
+
+// Options shared by the forward and the backward pass.
+struct AttentionOptions {
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
+  // Causal masking, aligned to the bottom-right corner when seqlen_q != seqlen_k
+  // (query i sees keys j <= i + seqlen_k - seqlen_q), as flash-attn >= 2.1.
+  bool causal = false;
+  // Sliding window, same alignment: query i sees keys in
+  // [i + seqlen_k - seqlen_q - window_left, i + seqlen_k - seqlen_q + window_right];
+  // -1 leaves a side unbounded. Causal is window_right = 0.
+  int window_left = -1;
+  int window_right = -1;
+  // Soft-capping: scores become softcap * tanh(scale * q.k / softcap). 0 = off.
+  float softcap = 0.0f;
+  // Variable length: both present or both absent. int32, batch + 1 entries, same device as q.
+  // On the CPU their contents are checked; device-resident offsets are trusted.
+  TensorView cu_seqlens_q;
+  TensorView cu_seqlens_k;
+  int max_seqlen_q = 0;  // required with cu_seqlens: the longest sequence
+  int max_seqlen_k = 0;
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors
+};
+
+struct ForwardArgs : AttentionOptions {
+  TensorView q, k, v;
+  TensorView out;  // same shape and dtype as q
+  TensorView lse;  // optional, float32
+};
+
+struct BackwardArgs : AttentionOptions {
+  TensorView q, k, v;
+  TensorView out;   // the forward's output
+  TensorView dout;  // gradient of the loss w.r.t. out
+  TensorView lse;   // the forward's LSE (required)
+  TensorView dq, dk, dv;  // written (not accumulated into); shapes of q, k, v
+  bool deterministic = false;  // same bits on every run (may be slower)
+};
+
+void forward(const ForwardArgs& args);
+void backward(const BackwardArgs& args);
+
+// Which backends this build contains, and whether a CUDA device is usable now.
+bool built_with_cuda() noexcept;
+bool cuda_available() noexcept;
+
+}  // namespace flashattn

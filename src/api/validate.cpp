@@ -1,0 +1,307 @@
+#include "api/validate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashattn/error.hpp"
+
+namespace flashattn::detail {
+namespace {
+
+constexpr int kMaxHeadDim = 1024;
+
+std::string shape_string(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+std::string shape_string(std::initializer_list<std::int64_t> dims) {
+  std::string s = "[";
+  bool first = true;
+  for (auto d : dims) {
+    s += (first ? "" : ", ") + std::to_string(d);
+    first = false;
+  }
+  return s + "]";
+}
+
+[[noreturn]] void fail(const std::string& arg, const std::string& expected, const std::string& given,
+                       ErrorKind kind = ErrorKind::invalid_argument) {
+  throw Error(kind, arg, expected, given);
+}
+
+// The checks every tensor argument gets: present, rank, sizes, strides, pointer, alignment.
+void check_tensor(const char* name, const TensorView& t, int rank) {
+  if (!t.present()) fail(name, "a tensor", "none");
+  if (t.rank != rank)
+    fail(name, std::to_string(rank) + " dimensions", std::to_string(t.rank) + " (shape " + shape_string(t) + ")");
+  for (int i = 0; i < rank; ++i) {
+    if (t.shape[i] < 0)
+      fail(std::string(name) + ".shape", "non-negative sizes", shape_string(t));
+    if (t.shape[i] > INT32_MAX)
+      fail(std::string(name) + ".shape", "sizes below 2^31", shape_string(t));
+    if (t.stride[i] < 0)
+      fail(std::string(name) + ".stride[" + std::to_string(i) + "]", "a non-negative stride",
+           std::to_string(t.stride[i]));
+  }
+  if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
+    fail(std::string(name) + ".stride[" + std::to_string(rank - 1) + "]",
+         "1 (the last dimension contiguous)", std::to_string(t.stride[rank - 1]));
+  if (t.numel() > 0 && t.data == nullptr) fail(std::string(name) + ".data", "a non-null pointer", "null");
+  const std::size_t esize = element_size(t.dtype);
+  const auto address = reinterpret_cast<std::uintptr_t>(t.data);
+  if (t.device == DeviceKind::cuda) {
+    // GPU kernels move 16-byte vectors: the pointer and every outer stride must allow that.
+    if (address % 16 != 0)
+      fail(std::string(name) + ".data", "a 16-byte aligned pointer on the GPU",
+           "address " + std::to_string(address));
+    for (int i = 0; i < rank - 1; ++i)
+      if ((t.stride[i] * std::int64_t(esize)) % 16 != 0 && t.shape[i] > 1)
+        fail(std::string(name) + ".stride[" + std::to_string(i) + "]",
+             "a multiple of 16 bytes on the GPU", std::to_string(t.stride[i]) + " elements");
+  } else if (esize != 0 && address % esize != 0) {
+    fail(std::string(name) + ".data", "a pointer aligned to its element size",
+         "address " + std::to_string(address));
+  }
+}
+
+void check_same_placement(const char* name, const TensorView& t, const TensorView& q) {
+  if (t.device != q.device || t.device_index != q.device_index)
+    fail(std::string(name) + ".device", std::string("the device of q (") + to_string(q.device) + ":" +
+                                            std::to_string(q.device_index) + ")",
+         std::string(to_string(t.device)) + ":" + std::to_string(t.device_index),
+         ErrorKind::invalid_type);
+}
+
+void check_dtype(const char* name, const TensorView& t, DType expected) {
+  if (t.dtype != expected)
+    fail(std::string(name) + ".dtype", to_string(expected), to_string(t.dtype), ErrorKind::invalid_type);
+}
+
+void check_shape(const char* name, const TensorView& t, std::initializer_list<std::int64_t> dims,
+                 const char* what) {
+  int i = 0;
+  bool same = int(dims.size()) == t.rank;
+  for (auto d : dims) same = same && t.shape[i++] == d;
+  if (!same) fail(std::string(name) + ".shape", std::string(what) + " " + shape_string(dims), shape_string(t));
+}
+
+SeqTensor seq_tensor(const TensorView& t, bool varlen) {
+  // Fixed: (batch, seq, heads, dim). Variable length: (total, heads, dim).
+  if (varlen) return {t.data, 0, t.stride[0], t.stride[1]};
+  return {t.data, t.stride[0], t.stride[1], t.stride[2]};
+}
+
+// Reads and checks CPU-resident offsets; returns the largest length.
+void check_cu_seqlens_contents(const char* name, const TensorView& cu, std::int64_t total, int max_len,
+                               const char* max_name) {
+  const auto* offsets = static_cast<const std::int32_t*>(cu.data);
+  const std::int64_t n = cu.shape[0];
+  const std::int64_t s = cu.stride[0];
+  if (offsets[0] != 0) fail(std::string(name) + "[0]", "0", std::to_string(offsets[0]));
+  for (std::int64_t i = 1; i < n; ++i) {
+    const std::int64_t prev = offsets[(i - 1) * s], cur = offsets[i * s];
+    if (cur < prev)
+      fail(std::string(name) + "[" + std::to_string(i) + "]",
+           "non-decreasing offsets (>= " + std::to_string(prev) + ")", std::to_string(cur));
+    if (cur > total)
+      fail(std::string(name) + "[" + std::to_string(i) + "]",
+           "an offset within the packed tensor (<= " + std::to_string(total) + ")", std::to_string(cur));
+    if (cur - prev > max_len)
+      fail(max_name, "at least every sequence's length (sequence " + std::to_string(i - 1) +
+                         " has " + std::to_string(cur - prev) + ")",
+           std::to_string(max_len));
+  }
+}
+
+struct Layout {
+  bool varlen = false;
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  std::int64_t total_q = 0, total_k = 0;  // varlen only
+};
+
+// q, k, v and the options: everything both directions share.
+Layout check_inputs(const AttentionOptions& o, const TensorView& q, const TensorView& k,
+                    const TensorView& v) {
+  Layout L;
+  if (o.cu_seqlens_q.present() != o.cu_seqlens_k.present())
+    fail(o.cu_seqlens_q.present() ? "cu_seqlens_k" : "cu_seqlens_q",
+         "cu_seqlens_q and cu_seqlens_k both given or both absent", "only one");
+  L.varlen = o.cu_seqlens_q.present();
+  const int rank = L.varlen ? 3 : 4;
+  check_tensor("q", q, rank);
+  check_tensor("k", k, rank);
+  check_tensor("v", v, rank);
+
+  if (q.dtype != DType::f32 && q.dtype != DType::f16 && q.dtype != DType::bf16)
+    fail("q.dtype", "f32, f16 or bf16", to_string(q.dtype),
+         q.dtype == DType::e4m3 || q.dtype == DType::e5m2 ? ErrorKind::unsupported : ErrorKind::invalid_type);
+  check_dtype("k", k, q.dtype);
+  check_dtype("v", v, q.dtype);
+  check_same_placement("k", k, q);
+  check_same_placement("v", v, q);
+#ifndef FLASHATTN_WITH_CUDA
+  if (q.device == DeviceKind::cuda)
+    fail("q.device", "cpu (this build of flashattn has no CUDA backend)", "cuda", ErrorKind::unsupported);
+#endif
+
+  const int d = rank - 1;
+  L.head_dim = int(q.shape[d]);
+  L.heads_q = int(q.shape[d - 1]);
+  L.heads_kv = int(k.shape[d - 1]);
+  if (L.head_dim < 1 || L.head_dim > kMaxHeadDim)
+    fail("q.shape[" + std::to_string(d) + "] (head_dim)", "1 to " + std::to_string(kMaxHeadDim),
+         std::to_string(L.head_dim), L.head_dim > kMaxHeadDim ? ErrorKind::unsupported : ErrorKind::invalid_argument);
+  if (k.shape[d] != L.head_dim)
+    fail("k.shape[" + std::to_string(d) + "] (head_dim)", "the head_dim of q (" + std::to_string(L.head_dim) + ")",
+         std::to_string(k.shape[d]));
+  if (v.shape[d] != L.head_dim)
+    fail("v.shape[" + std::to_string(d) + "] (head_dim)", "the head_dim of q (" + std::to_string(L.head_dim) + ")",
+         std::to_string(v.shape[d]));
+  if (L.heads_kv < 1)
+    fail("k.shape[" + std::to_string(d - 1) + "] (heads_kv)", "at least 1", std::to_string(L.heads_kv));
+  if (v.shape[d - 1] != L.heads_kv)
+    fail("v.shape[" + std::to_string(d - 1) + "] (heads_kv)",
+         "the heads of k (" + std::to_string(L.heads_kv) + ")", std::to_string(v.shape[d - 1]));
+  if (L.heads_q < 1 || L.heads_q % L.heads_kv != 0)
+    fail("q.shape[" + std::to_string(d - 1) + "] (heads_q)",
+         "a positive multiple of heads_kv (" + std::to_string(L.heads_kv) + ")", std::to_string(L.heads_q));
+
+  if (!L.varlen) {
+    L.batch = int(q.shape[0]);
+    L.seqlen_q = int(q.shape[1]);
+    L.seqlen_k = int(k.shape[1]);
+    if (k.shape[0] != L.batch)
+      fail("k.shape[0] (batch)", "the batch of q (" + std::to_string(L.batch) + ")", std::to_string(k.shape[0]));
+    if (v.shape[0] != L.batch)
+      fail("v.shape[0] (batch)", "the batch of q (" + std::to_string(L.batch) + ")", std::to_string(v.shape[0]));
+    if (v.shape[1] != L.seqlen_k)
+      fail("v.shape[1] (seqlen_k)", "the seqlen of k (" + std::to_string(L.seqlen_k) + ")",
+           std::to_string(v.shape[1]));
+  } else {
+    L.total_q = q.shape[0];
+    L.total_k = k.shape[0];
+    if (v.shape[0] != L.total_k)
+      fail("v.shape[0] (total_k)", "the total of k (" + std::to_string(L.total_k) + ")", std::to_string(v.shape[0]));
+    const std::pair<const char*, const TensorView*> cus[] = {{"cu_seqlens_q", &o.cu_seqlens_q},
+                                                             {"cu_seqlens_k", &o.cu_seqlens_k}};
+    for (auto [name, cu] : cus) {
+      check_tensor(name, *cu, 1);
+      check_dtype(name, *cu, DType::i32);
+      check_same_placement(name, *cu, q);
+      if (cu->shape[0] < 1) fail(std::string(name) + ".shape", "batch + 1 >= 1 entries", shape_string(*cu));
+    }
+    if (o.cu_seqlens_k.shape[0] != o.cu_seqlens_q.shape[0])
+      fail("cu_seqlens_k.shape", "the length of cu_seqlens_q (" + std::to_string(o.cu_seqlens_q.shape[0]) + ")",
+           shape_string(o.cu_seqlens_k));
+    L.batch = int(o.cu_seqlens_q.shape[0] - 1);
+    if (o.max_seqlen_q < 0) fail("max_seqlen_q", "a non-negative length", std::to_string(o.max_seqlen_q));
+    if (o.max_seqlen_k < 0) fail("max_seqlen_k", "a non-negative length", std::to_string(o.max_seqlen_k));
+    L.seqlen_q = o.max_seqlen_q;
+    L.seqlen_k = o.max_seqlen_k;
+    if (q.device == DeviceKind::cpu) {
+      check_cu_seqlens_contents("cu_seqlens_q", o.cu_seqlens_q, L.total_q, o.max_seqlen_q, "max_seqlen_q");
+      check_cu_seqlens_contents("cu_seqlens_k", o.cu_seqlens_k, L.total_k, o.max_seqlen_k, "max_seqlen_k");
+    }
+  }
+
+  if (o.softmax_scale && !std::isfinite(*o.softmax_scale))
+    fail("softmax_scale", "a finite number", std::to_string(*o.softmax_scale));
+  if (!std::isfinite(o.softcap) || o.softcap < 0)
+    fail("softcap", "a finite number >= 0 (0 = off)", std::to_string(o.softcap));
+  if (o.window_left < -1) fail("window_left", ">= -1 (-1 = unbounded)", std::to_string(o.window_left));
+  if (o.window_right < -1) fail("window_right", ">= -1 (-1 = unbounded)", std::to_string(o.window_right));
+  if (o.causal && o.window_right > 0)
+    fail("window_right", "-1 or 0 with causal (causal is window_right = 0)", std::to_string(o.window_right));
+  return L;
+}
+
+void fill_problem(Problem& p, const AttentionOptions& o, const Layout& L, const TensorView& q,
+                  const TensorView& k, const TensorView& v) {
+  p.dtype = q.dtype;
+  p.device = q.device;
+  p.device_index = q.device_index;
+  p.stream = o.stream;
+  p.batch = L.batch;
+  p.heads_q = L.heads_q;
+  p.heads_kv = L.heads_kv;
+  p.head_dim = L.head_dim;
+  p.seqlen_q = L.seqlen_q;
+  p.seqlen_k = L.seqlen_k;
+  if (L.varlen) {
+    p.cu_seqlens_q = static_cast<const std::int32_t*>(o.cu_seqlens_q.data);
+    p.cu_seqlens_k = static_cast<const std::int32_t*>(o.cu_seqlens_k.data);
+  }
+  p.scale = o.softmax_scale ? *o.softmax_scale : 1.0f / std::sqrt(float(L.head_dim));
+  p.softcap = o.softcap;
+  // Normalize the mask: causal is window_right = 0; a bound that can never cut is dropped,
+  // which also keeps index arithmetic in kernels far from overflow.
+  int left = o.window_left, right = o.causal ? 0 : o.window_right;
+  if (left >= L.seqlen_k) left = -1;
+  if (right > 0 && right >= L.seqlen_q) right = -1;
+  p.window_left = left;
+  p.window_right = right;
+  p.causal = left < 0 && right == 0;
+  p.q = seq_tensor(q, L.varlen);
+  p.k = seq_tensor(k, L.varlen);
+  p.v = seq_tensor(v, L.varlen);
+}
+
+void check_like(const char* name, const TensorView& t, const TensorView& like, const char* like_name) {
+  check_tensor(name, t, like.rank);
+  check_dtype(name, t, like.dtype);
+  check_same_placement(name, t, like);
+  bool same = true;
+  for (int i = 0; i < like.rank; ++i) same = same && t.shape[i] == like.shape[i];
+  if (!same) fail(std::string(name) + ".shape", std::string("the shape of ") + like_name + " " + shape_string(like),
+                  shape_string(t));
+}
+
+RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, const TensorView& q) {
+  check_tensor(name, lse, L.varlen ? 2 : 3);
+  check_dtype(name, lse, DType::f32);
+  check_same_placement(name, lse, q);
+  if (L.varlen) {
+    check_shape(name, lse, {L.heads_q, L.total_q}, "(heads_q, total_q) =");
+    return {static_cast<float*>(lse.data), 0, lse.stride[0]};
+  }
+  check_shape(name, lse, {L.batch, L.heads_q, L.seqlen_q}, "(batch, heads_q, seqlen_q) =");
+  return {static_cast<float*>(lse.data), lse.stride[0], lse.stride[1]};
+}
+
+}  // namespace
+
+ForwardProblem make_forward_problem(const ForwardArgs& a) {
+  const Layout L = check_inputs(a, a.q, a.k, a.v);
+  check_like("out", a.out, a.q, "q");
+  ForwardProblem p;
+  fill_problem(p, a, L, a.q, a.k, a.v);
+  p.out = seq_tensor(a.out, L.varlen);
+  if (a.lse.present()) p.lse = check_lse("lse", a.lse, L, a.q);
+  return p;
+}
+
+BackwardProblem make_backward_problem(const BackwardArgs& a) {
+  const Layout L = check_inputs(a, a.q, a.k, a.v);
+  check_like("out", a.out, a.q, "q");
+  check_like("dout", a.dout, a.q, "q");
+  check_like("dq", a.dq, a.q, "q");
+  check_like("dk", a.dk, a.k, "k");
+  check_like("dv", a.dv, a.v, "v");
+  if (!a.lse.present()) fail("lse", "the forward's LSE (required by the backward)", "none");
+  BackwardProblem p;
+  fill_problem(p, a, L, a.q, a.k, a.v);
+  p.lse = check_lse("lse", a.lse, L, a.q);
+  p.out = seq_tensor(a.out, L.varlen);
+  p.dout = seq_tensor(a.dout, L.varlen);
+  p.dq = seq_tensor(a.dq, L.varlen);
+  p.dk = seq_tensor(a.dk, L.varlen);
+  p.dv = seq_tensor(a.dv, L.varlen);
+  p.deterministic = a.deterministic;
+  return p;
+}
+
+}  // namespace flashattn::detail

@@ -1,0 +1,72 @@
+#pragma once
+// The validated, normalized form of a call, which every backend consumes. The API layer
+// (src/api) builds it after checking every argument; backends trust it.
+#include <cstdint>
+
+#include "common/host_device.hpp"
+#include "flashattn/tensor.hpp"
+
+namespace flashattn::detail {
+
+// One (batch, seq, head, dim) operand. Element (b, i, h, d) of sequence b lives at
+//   data + b * batch_stride + (row_offset(b) + i) * seq_stride + h * head_stride + d
+// where row_offset(b) is cu_seqlens[b] for variable length (batch_stride = 0) and 0 otherwise.
+struct SeqTensor {
+  void* data = nullptr;
+  std::int64_t batch_stride = 0;
+  std::int64_t seq_stride = 0;
+  std::int64_t head_stride = 0;
+};
+
+// LSE (and any per-row float vector): element (b, h, i) lives at
+//   data + b * batch_stride + h * head_stride + row_offset(b) + i
+struct RowVector {
+  float* data = nullptr;
+  std::int64_t batch_stride = 0;
+  std::int64_t head_stride = 0;
+};
+
+struct Problem {
+  DType dtype = DType::f16;
+  DeviceKind device = DeviceKind::cpu;
+  int device_index = 0;
+  void* stream = nullptr;
+
+  int batch = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  // Fixed length: every sequence's length. Variable length: the maxima (max_seqlen_*).
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  // Variable length when non-null (batch + 1 offsets, in the tensors' memory space).
+  const std::int32_t* cu_seqlens_q = nullptr;
+  const std::int32_t* cu_seqlens_k = nullptr;
+
+  float scale = 1.0f;    // softmax scale
+  float softcap = 0.0f;  // 0 = off
+  // Normalized mask: -1 = unbounded side. causal implies window_right == 0.
+  int window_left = -1;
+  int window_right = -1;
+  bool causal = false;
+
+  SeqTensor q, k, v;
+
+  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  bool is_local() const { return window_left >= 0 || window_right >= 0; }
+  int group_size() const { return heads_q / heads_kv; }  // query heads per KV head
+};
+
+struct ForwardProblem : Problem {
+  SeqTensor out;
+  RowVector lse;  // lse.data == nullptr: not requested
+};
+
+struct BackwardProblem : Problem {
+  SeqTensor out, dout;
+  RowVector lse;
+  SeqTensor dq, dk, dv;
+  bool deterministic = false;
+};
+
+}  // namespace flashattn::detail

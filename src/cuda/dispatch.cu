@@ -1,0 +1,161 @@
+// Chooses the kernel family and instance for a validated problem.
+//
+// Hopper (compute capability 9.0) runs the sm90 family where it is built and supports the
+// problem; every GPU from sm80 runs the sm80 family otherwise. FLASHATTN_CUDA_FAMILY=sm80 or
+// sm90 in the environment forces one family (for benchmarks and tests).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <cutlass/numeric_types.h>
+
+#include "cuda/backend.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/sm80/api.hpp"
+#include "cuda/sm90/api.hpp"
+
+namespace flashattn::cuda {
+namespace {
+
+enum class Family { sm80, sm90 };
+
+const char* name(Family f) { return f == Family::sm80 ? "sm80" : "sm90"; }
+
+// Makes the tensors' device current for the call and restores the caller's afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device != previous_) FA_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
+const char* forced_family() {
+  const char* env = std::getenv("FLASHATTN_CUDA_FAMILY");
+  return (env && *env && std::strcmp(env, "auto") != 0) ? env : nullptr;
+}
+
+// What this build contains (from the generated instance list).
+bool built(Family family, const char* direction, DType dtype, int head_dim) {
+  [[maybe_unused]] const char* fam = name(family);
+  [[maybe_unused]] const char* dt = dtype == DType::f16 ? "f16" : dtype == DType::bf16 ? "bf16" : "";
+#define FA_INSTANCE(f, dir, d, hd)                                                          \
+  if (std::strcmp(fam, #f) == 0 && std::strcmp(direction, #dir) == 0 &&                    \
+      std::strcmp(dt, #d) == 0 && head_dim == hd)                                            \
+    return true;
+#include "flashattn_instances.inc"
+#undef FA_INSTANCE
+  return false;
+}
+
+std::string built_head_dims(Family family, const char* direction, DType dtype) {
+  std::string list;
+  for (int hd : {32, 64, 96, 128, 192, 256})
+    if (built(family, direction, dtype, hd)) list += (list.empty() ? "" : ", ") + std::to_string(hd);
+  return list.empty() ? "none" : list;
+}
+
+[[noreturn]] void throw_not_built(const detail::Problem& p, const char* direction, int cc) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    throw Error(ErrorKind::unsupported, "q.dtype", "f16 or bf16 on the CUDA backend",
+                to_string(p.dtype));
+  if (cc < 80)
+    throw Error(ErrorKind::unsupported, "device",
+                "a GPU of compute capability 8.0 or newer", "compute capability " +
+                                                                  std::to_string(cc));
+  throw Error(ErrorKind::unsupported, "head_dim",
+              std::string("a head dim with a built ") + direction + " kernel for " +
+                  to_string(p.dtype) + " (built: " + built_head_dims(Family::sm80, direction, p.dtype) +
+                  ")",
+              std::to_string(p.head_dim));
+}
+
+using Element_f16 = cutlass::half_t;
+using Element_bf16 = cutlass::bfloat16_t;
+
+// Runs the generated instance for (family, dtype, head dim); false if this build has none.
+// Only instances listed in flashattn_instances.inc are referenced, so a narrowed kernel set
+// still links.
+bool run_instance(Family family, const detail::ForwardProblem& p) {
+#define FA_CALL_forward(f, d, hd)                                                   \
+  if (family == Family::f && p.dtype == DType::d && p.head_dim == hd) {            \
+    f::run_forward<Element_##d, hd>(p);                                            \
+    return true;                                                                    \
+  }
+#define FA_CALL_backward(f, d, hd)
+#define FA_INSTANCE(f, dir, d, hd) FA_CALL_##dir(f, d, hd)
+#include "flashattn_instances.inc"
+#undef FA_INSTANCE
+#undef FA_CALL_forward
+#undef FA_CALL_backward
+  return false;
+}
+
+bool run_instance(Family family, const detail::BackwardProblem& p) {
+#define FA_CALL_forward(f, d, hd)
+#define FA_CALL_backward(f, d, hd)                                                  \
+  if (family == Family::f && p.dtype == DType::d && p.head_dim == hd) {            \
+    f::run_backward<Element_##d, hd>(p);                                           \
+    return true;                                                                    \
+  }
+#define FA_INSTANCE(f, dir, d, hd) FA_CALL_##dir(f, d, hd)
+#include "flashattn_instances.inc"
+#undef FA_INSTANCE
+#undef FA_CALL_forward
+#undef FA_CALL_backward
+  return false;
+}
+
+Family choose_family(const detail::Problem& p, const char* direction, int cc,
+                     bool sm90_supports) {
+  const char* forced = forced_family();
+  if (forced && std::strcmp(forced, "sm90") == 0) {
+    if (cc != 90 || !built(Family::sm90, direction, p.dtype, p.head_dim) || !sm90_supports)
+      throw Error(ErrorKind::unsupported, "FLASHATTN_CUDA_FAMILY",
+                  "a family that is built and supports this problem on this GPU", "sm90");
+    return Family::sm90;
+  }
+  const bool allow_sm90 = !(forced && std::strcmp(forced, "sm80") == 0);
+  if (allow_sm90 && cc == 90 && sm90_supports && built(Family::sm90, direction, p.dtype, p.head_dim))
+    return Family::sm90;
+  if (cc >= 80 && built(Family::sm80, direction, p.dtype, p.head_dim)) return Family::sm80;
+  throw_not_built(p, direction, cc);
+}
+
+}  // namespace
+
+void forward(const detail::ForwardProblem& p) {
+  DeviceGuard guard(p.device_index);
+  const int cc = compute_capability(p.device_index);
+  const Family family = choose_family(p, "forward", cc, sm90::supports_forward(p));
+  if (!run_instance(family, p)) throw_not_built(p, "forward", cc);
+}
+
+void backward(const detail::BackwardProblem& p) {
+  DeviceGuard guard(p.device_index);
+  const int cc = compute_capability(p.device_index);
+  // The sm80 family's backward serves every GPU until sm90 has its own.
+  if (cc < 80 || !run_instance(Family::sm80, p)) throw_not_built(p, "backward", cc);
+}
+
+bool device_available() noexcept {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+}  // namespace flashattn::cuda
