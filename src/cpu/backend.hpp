@@ -1,5 +1,7 @@
 #pragma once
 // The CPU backend as the API layer sees it: validated problems in, results out.
+#include <optional>
+
 #include "common/problem.hpp"
 
 namespace flashattn::cpu {
@@ -10,7 +12,12 @@ void forward(const detail::ForwardProblem& problem);
 void backward(const detail::BackwardProblem& problem);
 
 // Float64 reference in plain loops (for tests and the command line's checks).
-void reference_forward(const detail::ForwardProblem& problem);
-void reference_backward(const detail::BackwardProblem& problem);
+// With `round_to` set it becomes a same-precision baseline: the probabilities P (and in the
+// backward dP and dS) and the results are rounded to that dtype, as an attention computed in
+// that precision would; tests use its error to set their tolerance.
+void reference_forward(const detail::ForwardProblem& problem,
+                       std::optional<DType> round_to = std::nullopt);
+void reference_backward(const detail::BackwardProblem& problem,
+                        std::optional<DType> round_to = std::nullopt);
 
 }  // namespace flashattn::cpu

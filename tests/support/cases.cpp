@@ -1,0 +1,178 @@
+#include "cases.hpp"
+
+namespace flashattn::testing {
+
+std::vector<Case> shared_cases(TableFor backend) {
+  std::vector<Case> t;
+  auto add = [&](Case c) { t.push_back(std::move(c)); };
+
+  // Sequence lengths, square.
+  for (int n : {1, 17, 128, 1000}) {
+    Case c;
+    c.name = "seqlen" + std::to_string(n);
+    c.seqlen_q = c.seqlen_k = n;
+    add(c);
+    c.name += "_causal";
+    c.causal = true;
+    add(c);
+  }
+  {
+    Case c;
+    c.name = "seqlen2048_causal";
+    c.heads_q = c.heads_kv = 1;
+    c.seqlen_q = c.seqlen_k = 2048;
+    c.causal = true;
+    add(c);
+  }
+  // seqlen_q != seqlen_k, both ways (causal: bottom-right aligned; q > k leaves rows fully masked).
+  for (auto [sq, sk] : {std::pair{17, 300}, std::pair{300, 17}, std::pair{1, 1000}, std::pair{129, 64}}) {
+    for (bool causal : {false, true}) {
+      Case c;
+      c.name = "q" + std::to_string(sq) + "_k" + std::to_string(sk) + (causal ? "_causal" : "");
+      c.seqlen_q = sq;
+      c.seqlen_k = sk;
+      c.causal = causal;
+      add(c);
+    }
+  }
+  // Head dims.
+  std::vector<int> dims = {32, 64, 96, 128, 192, 256};
+  if (backend == TableFor::cpu) dims.push_back(512);
+  for (int d : dims) {
+    Case c;
+    c.name = "hd" + std::to_string(d);
+    c.head_dim = d;
+    c.seqlen_q = 200;
+    c.seqlen_k = 333;
+    add(c);
+    c.name += "_causal";
+    c.causal = true;
+    add(c);
+  }
+  // Sliding windows (local attention), incl. a window with no causal bound on the right.
+  for (auto [l, r] : {std::pair{32, 0}, std::pair{64, 16}, std::pair{0, 0}, std::pair{-1, 40}, std::pair{100, -1}}) {
+    Case c;
+    auto bound = [](int w) { return w < 0 ? std::string("inf") : std::to_string(w); };
+    c.name = "window_" + bound(l) + "_" + bound(r);
+    c.seqlen_q = 250;
+    c.seqlen_k = 300;
+    c.window_left = l;
+    c.window_right = r;
+    add(c);
+  }
+  // GQA 8:1 and MQA.
+  {
+    Case c;
+    c.name = "gqa8";
+    c.heads_q = 16;
+    c.heads_kv = 2;
+    c.seqlen_q = 100;
+    c.seqlen_k = 150;
+    add(c);
+    c.name = "gqa8_causal";
+    c.causal = true;
+    add(c);
+    c.name = "mqa";
+    c.heads_q = 6;
+    c.heads_kv = 1;
+    c.causal = false;
+    add(c);
+  }
+  // Softcap.
+  {
+    Case c;
+    c.name = "softcap";
+    c.seqlen_q = c.seqlen_k = 150;
+    c.softcap = 5.0f;
+    c.magnitude = 2.0f;
+    add(c);
+    c.name = "softcap_causal";
+    c.causal = true;
+    add(c);
+  }
+  // Variable length with ragged lengths, including empty sequences.
+  {
+    Case c;
+    c.name = "varlen";
+    c.batch = 4;
+    c.lens_q = {17, 0, 128, 65};
+    c.lens_k = {30, 5, 128, 1};
+    add(c);
+    c.name = "varlen_causal";
+    c.causal = true;
+    add(c);
+    c.name = "varlen_gqa_window";
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.causal = false;
+    c.window_left = 8;
+    c.window_right = 8;
+    add(c);
+    c.name = "varlen_empty_k";
+    c.batch = 2;
+    c.lens_q = {5, 9};
+    c.lens_k = {0, 12};
+    c.window_left = c.window_right = -1;
+    add(c);
+  }
+  // Batch > 1, strided layouts (no copies), empty key sequence, no LSE requested.
+  {
+    Case c;
+    c.name = "batch3_bhsd";
+    c.batch = 3;
+    c.seqlen_q = c.seqlen_k = 70;
+    c.layout = Layout::bhsd;
+    add(c);
+    c.name = "batch2_padded_causal";
+    c.batch = 2;
+    c.layout = Layout::padded;
+    c.causal = true;
+    add(c);
+    c.name = "empty_k";
+    c.layout = Layout::bshd;
+    c.causal = false;
+    c.seqlen_k = 0;
+    add(c);
+    c.name = "no_lse";
+    c.seqlen_k = 40;
+    c.with_lse = false;
+    add(c);
+  }
+  // Large magnitudes: scores in the thousands must not overflow or produce NaN.
+  {
+    Case c;
+    c.name = "large_magnitude";
+    c.seqlen_q = c.seqlen_k = 128;
+    c.magnitude = 30.0f;
+    add(c);
+    c.name = "large_magnitude_causal";
+    c.causal = true;
+    add(c);
+  }
+  return t;
+}
+
+std::vector<Case> tiny_cases() {
+  std::vector<Case> t;
+  Case c;
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.seqlen_q = 3;
+  c.seqlen_k = 5;
+  c.head_dim = 4;
+  c.name = "tiny_gqa";
+  t.push_back(c);
+  c.name = "tiny_causal_softcap";
+  c.causal = true;
+  c.softcap = 2.0f;
+  t.push_back(c);
+  c.name = "tiny_window";
+  c.causal = false;
+  c.softcap = 0;
+  c.window_left = 1;
+  c.window_right = 1;
+  t.push_back(c);
+  return t;
+}
+
+}  // namespace flashattn::testing

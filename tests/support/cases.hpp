@@ -1,0 +1,41 @@
+#pragma once
+// The shared case table: every backend runs these shapes and options.
+#include <string>
+#include <vector>
+
+namespace flashattn::testing {
+
+enum class Layout {
+  bshd,    // (batch, seq, heads, dim), contiguous
+  bhsd,    // stored (batch, heads, seq, dim), viewed as bshd through strides (no copy)
+  padded,  // bshd with padding after every row and every head (outputs' padding must stay poisoned)
+};
+
+struct Case {
+  std::string name;
+  int batch = 1;
+  int heads_q = 2;
+  int heads_kv = 2;
+  int seqlen_q = 17;
+  int seqlen_k = 17;
+  int head_dim = 64;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  float softcap = 0.0f;
+  float magnitude = 1.0f;  // inputs are N(0, magnitude^2)
+  std::vector<int> lens_q, lens_k;  // non-empty: variable length with these sequence lengths
+  Layout layout = Layout::bshd;
+  bool with_lse = true;
+
+  bool varlen() const { return !lens_q.empty(); }
+};
+
+// Which backend a table is for: each runs what it supports.
+enum class TableFor { cpu, cuda };
+
+std::vector<Case> shared_cases(TableFor backend);
+// Tiny shapes for finite-difference gradient checks.
+std::vector<Case> tiny_cases();
+
+}  // namespace flashattn::testing

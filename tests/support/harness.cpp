@@ -1,0 +1,353 @@
+#include "harness.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "api/validate.hpp"
+#include "cpu/backend.hpp"
+#include "device_buffer.hpp"
+#include "flashattn/attention.hpp"
+#include "flashattn/reference.hpp"
+#include "host_tensor.hpp"
+
+namespace flashattn::testing {
+namespace {
+
+using host::DeviceBuffer;
+using host::HostTensor;
+
+int total(const std::vector<int>& lens) {
+  int t = 0;
+  for (int n : lens) t += n;
+  return t;
+}
+
+// A (batch, seq, heads, dim) operand (or (total, heads, dim) for varlen) in the case's layout.
+HostTensor make_operand(const Case& c, DType dtype, int seqlen, int heads, const std::vector<int>& lens) {
+  const std::int64_t d = c.head_dim, h = heads;
+  if (c.varlen()) {
+    const std::int64_t t = total(lens);
+    switch (c.layout) {
+      case Layout::bshd: return HostTensor(dtype, {t, h, d});
+      case Layout::bhsd: return HostTensor(dtype, {t, h, d}, {d, t * d, 1}, h * t * d);
+      case Layout::padded: {
+        const std::int64_t hs = d + 8, ss = h * hs + 8;
+        return HostTensor(dtype, {t, h, d}, {ss, hs, 1}, t * ss);
+      }
+    }
+  }
+  const std::int64_t b = c.batch, s = seqlen;
+  switch (c.layout) {
+    case Layout::bshd: return HostTensor(dtype, {b, s, h, d});
+    case Layout::bhsd: return HostTensor(dtype, {b, s, h, d}, {h * s * d, d, s * d, 1}, b * h * s * d);
+    case Layout::padded: {
+      const std::int64_t hs = d + 8, ss = h * hs + 8, bs = s * ss + 8;
+      return HostTensor(dtype, {b, s, h, d}, {bs, ss, hs, 1}, b * bs);
+    }
+  }
+  return {};
+}
+
+HostTensor make_lse(const Case& c) {
+  if (c.varlen()) return HostTensor(DType::f32, {c.heads_q, total(c.lens_q)});
+  return HostTensor(DType::f32, {c.batch, c.heads_q, c.seqlen_q});
+}
+
+HostTensor make_offsets(const std::vector<int>& lens) {
+  HostTensor t(DType::i32, {std::int64_t(lens.size()) + 1});
+  std::int32_t offset = 0;
+  auto* p = static_cast<std::int32_t*>(t.data());
+  p[0] = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) p[i + 1] = offset += lens[i];
+  return t;
+}
+
+int max_of(const std::vector<int>& lens) {
+  int m = 0;
+  for (int n : lens) m = std::max(m, n);
+  return m;
+}
+
+// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k` on `device`.
+void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k) {
+  o.causal = c.causal;
+  o.window_left = c.window_left;
+  o.window_right = c.window_right;
+  o.softcap = c.softcap;
+  if (c.varlen()) {
+    o.cu_seqlens_q = cu_q;
+    o.cu_seqlens_k = cu_k;
+    o.max_seqlen_q = max_of(c.lens_q);
+    o.max_seqlen_k = max_of(c.lens_k);
+  }
+}
+
+// The tensors of one call, on the host, plus their device copies when running on CUDA.
+struct Operands {
+  std::vector<HostTensor*> host;
+  std::vector<DeviceBuffer> device;
+  DeviceKind kind;
+
+  Operands(DeviceKind k, std::vector<HostTensor*> tensors) : host(std::move(tensors)), kind(k) {
+    if (kind == DeviceKind::cuda)
+      for (HostTensor* t : host) device.push_back(DeviceBuffer::upload(*t));
+  }
+  TensorView view(std::size_t i) {
+    return kind == DeviceKind::cuda ? host[i]->view(kind, device[i].data()) : host[i]->view();
+  }
+  void download(std::initializer_list<std::size_t> which) {
+    if (kind != DeviceKind::cuda) return;
+    host::device_synchronize();
+    for (std::size_t i : which) device[i].download(*host[i]);
+  }
+};
+
+// Reference out/LSE (f32) from f32 copies of the inputs; with round_to, the baseline.
+void run_reference_forward(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                           HostTensor& cu_q, HostTensor& cu_k, HostTensor& out, HostTensor& lse,
+                           std::optional<DType> round_to) {
+  HostTensor q32 = q.to_f32(), k32 = k.to_f32(), v32 = v.to_f32();
+  ForwardArgs a;
+  fill_options(a, c, cu_q.view(), cu_k.view());
+  a.q = q32.view();
+  a.k = k32.view();
+  a.v = v32.view();
+  out = HostTensor(DType::f32, q32.shape());
+  lse = make_lse(c);
+  a.out = out.view();
+  a.lse = lse.view();
+  cpu::reference_forward(detail::make_forward_problem(a), round_to);
+}
+
+bool any_nan(const std::vector<float>& x) {
+  for (float f : x)
+    if (std::isnan(f)) return true;
+  return false;
+}
+
+double max_lse_error(const std::vector<float>& lse, const std::vector<float>& ref, bool& masked_ok) {
+  double worst = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      if (!(std::isinf(lse[i]) && lse[i] < 0)) masked_ok = false;
+      continue;
+    }
+    worst = std::max(worst, std::abs(double(lse[i]) - ref[i]) / std::max(1.0, std::abs(double(ref[i]))));
+  }
+  return worst;
+}
+
+}  // namespace
+
+std::uint64_t test_seed() {
+  if (const char* env = std::getenv("FLASHATTN_TEST_SEED")) return std::strtoull(env, nullptr, 10);
+  static std::random_device device;
+  return (std::uint64_t(device()) << 32) ^ device();
+}
+
+double tolerance(double baseline, DType dtype) {
+  const double floor = dtype == DType::f32 ? 2e-5 : 2e-4;
+  return 2.0 * baseline + floor;
+}
+
+std::string ForwardCheck::describe() const {
+  std::ostringstream s;
+  s << "out error " << out_error << " (baseline " << out_baseline << "), lse error " << lse_error
+    << ", all written " << all_written << ", padding untouched " << padding_untouched
+    << ", masked rows ok " << masked_rows_ok;
+  return s.str();
+}
+
+std::string BackwardCheck::describe() const {
+  std::ostringstream s;
+  s << "dq " << dq_error << " (baseline " << dq_baseline << "), dk " << dk_error << " (" << dk_baseline
+    << "), dv " << dv_error << " (" << dv_baseline << "), all written " << all_written
+    << ", padding untouched " << padding_untouched;
+  return s.str();
+}
+
+ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  HostTensor q = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  HostTensor k = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
+  HostTensor v = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
+  for (HostTensor* t : {&q, &k, &v}) {
+    t->poison();  // padding stays poisoned; logical elements are overwritten below
+    t->fill_normal(rng, c.magnitude);
+  }
+  HostTensor out = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  HostTensor lse = make_lse(c);
+  out.poison();
+  lse.poison();
+  HostTensor cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k);
+
+  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k});
+  ForwardArgs a;
+  fill_options(a, c, ops.view(5), ops.view(6));
+  a.q = ops.view(0);
+  a.k = ops.view(1);
+  a.v = ops.view(2);
+  a.out = ops.view(3);
+  if (c.with_lse) a.lse = ops.view(4);
+  forward(a);
+  ops.download({3, 4});
+
+  HostTensor ref_out, ref_lse, base_out, base_lse;
+  run_reference_forward(c, q, k, v, cu_q, cu_k, ref_out, ref_lse, std::nullopt);
+  run_reference_forward(c, q, k, v, cu_q, cu_k, base_out, base_lse, dtype);
+
+  ForwardCheck r;
+  const auto got = out.to_floats(), ref = ref_out.to_floats();
+  r.out_error = host::relative_error(got, ref);
+  r.out_baseline = host::relative_error(base_out.to_floats(), ref);
+  r.all_written = !any_nan(got);
+  r.padding_untouched = out.padding_untouched();
+  const auto ref_l = ref_lse.to_floats();
+  if (c.with_lse) {
+    const auto got_l = lse.to_floats();
+    r.all_written = r.all_written && !any_nan(got_l);
+    r.lse_error = max_lse_error(got_l, ref_l, r.masked_rows_ok);
+  }
+  // Rows that see no key must be exactly zero.
+  const std::int64_t d = c.head_dim;
+  const int hq = c.heads_q;
+  for (std::size_t row = 0; row * d < got.size(); ++row) {
+    // Logical order is (.., seq, head, dim); the LSE is (.., head, seq): map row -> LSE index.
+    const std::size_t head = row % hq, pos = row / hq;
+    std::size_t lse_i;
+    if (c.varlen()) {
+      lse_i = head * std::size_t(total(c.lens_q)) + pos;
+    } else {
+      const std::size_t b = pos / c.seqlen_q, s = pos % c.seqlen_q;
+      lse_i = (b * hq + head) * c.seqlen_q + s;
+    }
+    if (!std::isinf(ref_l[lse_i])) continue;
+    for (std::int64_t e = 0; e < d; ++e)
+      if (got[row * d + e] != 0.0f) r.masked_rows_ok = false;
+  }
+  return r;
+}
+
+namespace {
+
+struct BackwardRun {
+  HostTensor dq, dk, dv;
+};
+
+// Inputs of a backward check, drawn from `seed`.
+struct BackwardInputs {
+  HostTensor q, k, v, dout, out, lse, cu_q, cu_k;
+};
+
+BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  BackwardInputs in;
+  in.q = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  in.k = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
+  in.v = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
+  in.dout = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  for (HostTensor* t : {&in.q, &in.k, &in.v, &in.dout}) {
+    t->poison();
+    t->fill_normal(rng, t == &in.dout ? 1.0f : c.magnitude);
+  }
+  in.cu_q = make_offsets(c.lens_q);
+  in.cu_k = make_offsets(c.lens_k);
+  // out and LSE as a correct forward produces them: the reference, out rounded to dtype.
+  HostTensor ref_out;
+  run_reference_forward(c, in.q, in.k, in.v, in.cu_q, in.cu_k, ref_out, in.lse, std::nullopt);
+  in.out = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  in.out.poison();
+  for (std::int64_t i = 0; i < ref_out.numel(); ++i) in.out.set(i, ref_out.get(i));
+  return in;
+}
+
+BackwardRun run_backward(const Case& c, DType dtype, DeviceKind device, BackwardInputs& in, bool deterministic) {
+  BackwardRun r{make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q),
+                make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k),
+                make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k)};
+  for (HostTensor* t : {&r.dq, &r.dk, &r.dv}) t->poison();
+  Operands ops(device, {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k});
+  BackwardArgs a;
+  fill_options(a, c, ops.view(9), ops.view(10));
+  a.q = ops.view(0);
+  a.k = ops.view(1);
+  a.v = ops.view(2);
+  a.out = ops.view(3);
+  a.dout = ops.view(4);
+  a.lse = ops.view(5);
+  a.dq = ops.view(6);
+  a.dk = ops.view(7);
+  a.dv = ops.view(8);
+  a.deterministic = deterministic;
+  backward(a);
+  ops.download({6, 7, 8});
+  return r;
+}
+
+// Reference gradients (f32) from f32 copies; with round_to, the same-precision baseline.
+BackwardRun reference_gradients(const Case& c, BackwardInputs& in, std::optional<DType> round_to) {
+  HostTensor q = in.q.to_f32(), k = in.k.to_f32(), v = in.v.to_f32(), dout = in.dout.to_f32(),
+             out = in.out.to_f32();
+  BackwardRun r{HostTensor(DType::f32, q.shape()), HostTensor(DType::f32, k.shape()),
+                HostTensor(DType::f32, v.shape())};
+  BackwardArgs a;
+  fill_options(a, c, in.cu_q.view(), in.cu_k.view());
+  a.q = q.view();
+  a.k = k.view();
+  a.v = v.view();
+  a.out = out.view();
+  a.dout = dout.view();
+  a.lse = in.lse.view();
+  a.dq = r.dq.view();
+  a.dk = r.dk.view();
+  a.dv = r.dv.view();
+  cpu::reference_backward(detail::make_backward_problem(a), round_to);
+  return r;
+}
+
+}  // namespace
+
+BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+                             bool deterministic) {
+  BackwardInputs in = make_backward_inputs(c, dtype, seed);
+  BackwardRun got = run_backward(c, dtype, device, in, deterministic);
+  BackwardRun ref = reference_gradients(c, in, std::nullopt);
+  BackwardRun base = reference_gradients(c, in, dtype);
+  BackwardCheck r;
+  const HostTensor* gots[] = {&got.dq, &got.dk, &got.dv};
+  const HostTensor* refs[] = {&ref.dq, &ref.dk, &ref.dv};
+  const HostTensor* bases[] = {&base.dq, &base.dk, &base.dv};
+  double* errors[] = {&r.dq_error, &r.dk_error, &r.dv_error};
+  double* baselines[] = {&r.dq_baseline, &r.dk_baseline, &r.dv_baseline};
+  for (int i = 0; i < 3; ++i) {
+    const auto g = gots[i]->to_floats(), f = refs[i]->to_floats();
+    *errors[i] = host::relative_error(g, f);
+    *baselines[i] = host::relative_error(bases[i]->to_floats(), f);
+    r.all_written = r.all_written && !any_nan(g);
+    r.padding_untouched = r.padding_untouched && gots[i]->padding_untouched();
+  }
+  return r;
+}
+
+bool backward_is_reproducible(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+                              bool deterministic) {
+  BackwardInputs in = make_backward_inputs(c, dtype, seed);
+  BackwardRun first = run_backward(c, dtype, device, in, deterministic);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    BackwardRun again = run_backward(c, dtype, device, in, deterministic);
+    const std::pair<HostTensor*, HostTensor*> pairs[] = {
+        {&first.dq, &again.dq}, {&first.dk, &again.dk}, {&first.dv, &again.dv}};
+    for (auto [a, b] : pairs)
+      if (a->storage_bytes() != b->storage_bytes() ||
+          std::memcmp(a->data(), b->data(), a->storage_bytes()) != 0)
+        return false;
+  }
+  return true;
+}
+
+}  // namespace flashattn::testing

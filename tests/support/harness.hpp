@@ -1,0 +1,46 @@
+#pragma once
+// Runs one case of the shared table on a backend and measures it against the float64
+// reference: fresh random inputs, poisoned outputs, a same-precision baseline for tolerances.
+#include <cstdint>
+#include <string>
+
+#include "cases.hpp"
+#include "flashattn/tensor.hpp"
+
+namespace flashattn::testing {
+
+// The seed for fresh random inputs: FLASHATTN_TEST_SEED if set, otherwise random per call.
+std::uint64_t test_seed();
+
+struct ForwardCheck {
+  double out_error = 0;     // ||out - ref|| / ||ref||
+  double out_baseline = 0;  // the same for the same-precision baseline
+  double lse_error = 0;     // max |lse - ref| / max(1, |ref|) over rows that see a key
+  bool all_written = true;  // no poison (NaN) left in out or lse, no NaN produced
+  bool padding_untouched = true;
+  bool masked_rows_ok = true;  // rows that see no key: out exactly 0, LSE -inf
+  std::string describe() const;
+};
+
+struct BackwardCheck {
+  double dq_error = 0, dk_error = 0, dv_error = 0;
+  double dq_baseline = 0, dk_baseline = 0, dv_baseline = 0;
+  bool all_written = true;
+  bool padding_untouched = true;
+  std::string describe() const;
+};
+
+ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed);
+// out and LSE come from the reference (rounded to dtype), so the backward is tested alone.
+BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+                             bool deterministic = false);
+
+// Runs the backward twice on identical inputs; true if dq, dk, dv are bit-identical.
+bool backward_is_reproducible(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+                              bool deterministic);
+
+// The tolerance rule: at most twice the same-precision baseline's error, plus a floor that
+// covers rounding-only differences (and cases whose reference is exactly zero).
+double tolerance(double baseline, DType dtype);
+
+}  // namespace flashattn::testing
