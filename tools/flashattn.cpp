@@ -1,3 +1,274 @@
+// The `flashattn` command line: run one workload, sweep a benchmark, print build info.
+//
+//   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
+//                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
+//                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
+//   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--quick] [--backward] [--json FILE]
+//   flashattn info
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "flashattn/flashattn.hpp"
-int main() { std::printf("flashattn %s\n", flashattn::version()); }
+#include "timing.hpp"
+#include "workload.hpp"
+
+namespace flashattn::tools {
+namespace {
+
+// --name value / --flag arguments.
+class Args {
+ public:
+  Args(int argc, char** argv, int first, const std::vector<std::string>& flags) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + a + "'");
+      a = a.substr(2);
+      if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
+        values_[a] = "1";
+      } else {
+        if (i + 1 >= argc) throw std::invalid_argument("--" + a + " needs a value");
+        values_[a] = argv[++i];
+      }
+    }
+  }
+  bool has(const std::string& k) const { return values_.count(k) > 0; }
+  std::string get(const std::string& k, const std::string& def) const {
+    auto it = values_.find(k);
+    return it == values_.end() ? def : it->second;
+  }
+  int integer(const std::string& k, int def) const {
+    if (!has(k)) return def;
+    char* end = nullptr;
+    const long v = std::strtol(values_.at(k).c_str(), &end, 10);
+    if (*end) throw std::invalid_argument("--" + k + " expects an integer, got '" + values_.at(k) + "'");
+    return int(v);
+  }
+  void reject_unknown(const std::vector<std::string>& known) const {
+    for (auto& [k, v] : values_)
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        throw std::invalid_argument("unknown option --" + k);
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f16" || s == "fp16") return DType::f16;
+  if (s == "bf16") return DType::bf16;
+  if (s == "f32" || s == "fp32") return DType::f32;
+  throw std::invalid_argument("--dtype expects f16, bf16 or f32, got '" + s + "'");
+}
+
+DeviceKind parse_backend(const std::string& s) {
+  if (s == "auto") return cuda_available() ? DeviceKind::cuda : DeviceKind::cpu;
+  if (s == "cpu") return DeviceKind::cpu;
+  if (s == "cuda") {
+    if (!built_with_cuda()) throw std::invalid_argument("--backend cuda: this build has no CUDA backend");
+    if (!cuda_available()) throw std::invalid_argument("--backend cuda: no CUDA device is available");
+    return DeviceKind::cuda;
+  }
+  throw std::invalid_argument("--backend expects auto, cpu or cuda, got '" + s + "'");
+}
+
+std::string megabytes(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
+int run_command(int argc, char** argv) {
+  const std::vector<std::string> flags = {"causal", "backward"};
+  Args args(argc, argv, 2, flags);
+  args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
+                       "dtype", "backend", "backward", "check-rows", "seed"});
+  Shape s;
+  s.batch = args.integer("batch", 2);
+  s.heads = args.integer("heads", 16);
+  s.heads_kv = args.integer("heads-kv", 0);
+  s.seqlen = args.integer("seqlen", 1024);
+  s.seqlen_k = args.integer("seqlen-k", 0);
+  s.head_dim = args.integer("headdim", 128);
+  s.causal = args.has("causal");
+  if (args.has("window")) {
+    const std::string w = args.get("window", "");
+    const auto comma = w.find(',');
+    if (comma == std::string::npos) throw std::invalid_argument("--window expects L,R (e.g. 256,0), got '" + w + "'");
+    s.window_left = std::stoi(w.substr(0, comma));
+    s.window_right = std::stoi(w.substr(comma + 1));
+  }
+  s.softcap = std::stof(args.get("softcap", "0"));
+  s.device = parse_backend(args.get("backend", "auto"));
+  s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
+  const bool with_backward = args.has("backward");
+  const int check_rows = args.integer("check-rows", 16);
+  const std::uint64_t seed = args.has("seed") ? std::uint64_t(args.integer("seed", 0)) : std::random_device{}();
+
+  std::printf("flashattn run: %s on %s\n", s.describe().c_str(), to_string(s.device));
+  Workload w(s, seed);
+  host::reset_device_workspace_high_water();
+  const host::Timing fwd = host::time_runs(s.device, [&] { w.forward(); });
+  std::printf("forward : %9.3f ms  %8.2f TFLOP/s  (median of %d)\n", fwd.median_ms,
+              forward_flops(s) / fwd.median_ms / 1e9, fwd.iterations);
+  if (with_backward) {
+    const host::Timing bwd = host::time_runs(s.device, [&] { w.backward(); });
+    std::printf("backward: %9.3f ms  %8.2f TFLOP/s  (median of %d)\n", bwd.median_ms,
+                backward_flops(s) / bwd.median_ms / 1e9, bwd.iterations);
+  }
+  if (s.device == DeviceKind::cuda)
+    std::printf("memory  : tensors %s, workspace peak %s\n", megabytes(w.tensor_bytes()).c_str(),
+                megabytes(host::device_workspace_high_water()).c_str());
+  else
+    std::printf("memory  : tensors %s, process peak %s\n", megabytes(w.tensor_bytes()).c_str(),
+                megabytes(host::host_peak_rss()).c_str());
+  w.forward();
+  const RowCheck check = w.check_forward_rows(check_rows);
+  std::printf("check   : %d sampled rows vs float64 reference, max relative error %.2e (tolerance %.0e) %s\n",
+              check.rows, check.max_error, check.tolerance, check.ok() ? "ok" : "FAILED");
+  return check.ok() ? 0 : 1;
+}
+
+std::vector<Shape> bench_shapes(DeviceKind device, DType dtype, bool quick) {
+  std::vector<Shape> shapes;
+  if (device == DeviceKind::cuda) {
+    // As in ANCHORS.md: 16k tokens in total, hidden size 2048.
+    const std::vector<int> dims = quick ? std::vector<int>{128} : std::vector<int>{64, 128, 256};
+    const std::vector<int> lens = quick ? std::vector<int>{1024, 4096} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
+    for (int d : dims)
+      for (int n : lens)
+        for (bool causal : {false, true}) {
+          Shape s;
+          s.device = device;
+          s.dtype = dtype;
+          s.head_dim = d;
+          s.heads = 2048 / d;
+          s.seqlen = n;
+          s.batch = 16384 / n;
+          s.causal = causal;
+          shapes.push_back(s);
+        }
+  } else {
+    // ANCHORS.md's CPU line: b*h = 16-32, n = 1-2k, d = 64-128.
+    const std::vector<int> lens = quick ? std::vector<int>{512} : std::vector<int>{1024, 2048};
+    for (int d : {64, 128})
+      for (int n : lens)
+        for (bool causal : {false, true}) {
+          Shape s;
+          s.device = device;
+          s.dtype = dtype;
+          s.head_dim = d;
+          s.batch = 2;
+          s.heads = 8;
+          s.seqlen = n;
+          s.causal = causal;
+          shapes.push_back(s);
+        }
+  }
+  return shapes;
+}
+
+void progress(std::size_t done, std::size_t total, const std::string& what) {
+  const int width = 30, filled = int(width * done / std::max<std::size_t>(total, 1));
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu %-50s", std::string(filled, '#').c_str(),
+               std::string(width - filled, '.').c_str(), done, total, what.c_str());
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+int bench_command(int argc, char** argv) {
+  Args args(argc, argv, 2, {"quick", "backward"});
+  args.reject_unknown({"backend", "dtype", "quick", "backward", "json"});
+  const DeviceKind device = parse_backend(args.get("backend", "auto"));
+  const DType dtype = parse_dtype(args.get("dtype", device == DeviceKind::cuda ? "bf16" : "f32"));
+  const bool with_backward = args.has("backward");
+  const auto shapes = bench_shapes(device, dtype, args.has("quick"));
+
+  struct Row { Shape s; double fwd_ms, fwd_tflops, bwd_ms = 0, bwd_tflops = 0; bool ok; };
+  std::vector<Row> rows;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    progress(i, shapes.size(), shapes[i].describe());
+    Workload w(shapes[i], 1234 + i);
+    const auto fwd = host::time_runs(device, [&] { w.forward(); });
+    Row r{shapes[i], fwd.median_ms, forward_flops(shapes[i]) / fwd.median_ms / 1e9};
+    if (with_backward) {
+      const auto bwd = host::time_runs(device, [&] { w.backward(); });
+      r.bwd_ms = bwd.median_ms;
+      r.bwd_tflops = backward_flops(shapes[i]) / bwd.median_ms / 1e9;
+    }
+    w.forward();
+    r.ok = w.check_forward_rows(4).ok();
+    rows.push_back(r);
+  }
+  progress(shapes.size(), shapes.size(), "done");
+
+  std::printf("%-44s %10s %9s %10s %9s %s\n", "shape", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "check");
+  for (const Row& r : rows)
+    std::printf("%-44s %10.3f %9.2f %10.3f %9.2f %s\n", r.s.describe().c_str(), r.fwd_ms, r.fwd_tflops, r.bwd_ms,
+                r.bwd_tflops, r.ok ? "ok" : "FAILED");
+
+  if (args.has("json")) {
+    std::ofstream out(args.get("json", ""));
+    out << "{\n  \"tool\": \"flashattn bench\",\n  \"backend\": \"" << to_string(device) << "\",\n  \"dtype\": \""
+        << to_string(dtype) << "\",\n  \"rows\": [\n";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out << "    {\"b\": " << r.s.batch << ", \"h\": " << r.s.heads << ", \"n\": " << r.s.seqlen
+          << ", \"d\": " << r.s.head_dim << ", \"causal\": " << (r.s.causal ? "true" : "false")
+          << ", \"fwd_ms\": " << r.fwd_ms << ", \"fwd_tflops\": " << r.fwd_tflops;
+      if (with_backward) out << ", \"bwd_ms\": " << r.bwd_ms << ", \"bwd_tflops\": " << r.bwd_tflops;
+      out << ", \"check_ok\": " << (r.ok ? "true" : "false") << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+    }
+    out << "  ]\n}\n";
+  }
+  for (const Row& r : rows)
+    if (!r.ok) return 1;
+  return 0;
+}
+
+int info_command() {
+  std::printf("flashattn %s\nCUDA backend: %s\nCUDA device: %s\n", version(), built_with_cuda() ? "built" : "not built",
+              cuda_available() ? "available" : "none");
+  return 0;
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
+               "                       [--headdim D] [--causal] [--window L,R] [--softcap C]\n"
+               "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
+               "                       [--check-rows R] [--seed S]\n"
+               "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--quick] [--backward] [--json FILE]\n"
+               "       flashattn info\n");
+}
+
+}  // namespace
+}  // namespace flashattn::tools
+
+int main(int argc, char** argv) {
+  using namespace flashattn::tools;
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  try {
+    const std::string command = argv[1];
+    if (command == "run") return run_command(argc, argv);
+    if (command == "bench") return bench_command(argc, argv);
+    if (command == "info") return info_command();
+    usage();
+    return 2;
+  } catch (const flashattn::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashattn: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,172 @@
+#include "workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "common/mask.hpp"
+#include "device_buffer.hpp"
+#include "flashattn/reference.hpp"
+#include "host_tensor.hpp"
+
+namespace flashattn::tools {
+
+using host::DeviceBuffer;
+using host::HostTensor;
+
+std::string Shape::describe() const {
+  std::ostringstream s;
+  s << "b=" << batch << " h=" << heads << "/" << kv_heads() << " n=" << seqlen;
+  if (keys() != seqlen) s << " nk=" << keys();
+  s << " d=" << head_dim << " " << to_string(dtype) << (causal ? " causal" : "");
+  if (window_left >= 0 || window_right >= 0) s << " window=" << window_left << "," << window_right;
+  if (softcap > 0) s << " softcap=" << softcap;
+  return s.str();
+}
+
+double forward_flops(const Shape& s) {
+  // Visible (query, key) pairs summed over rows, from the same mask rule as the kernels.
+  const int right = s.causal ? 0 : s.window_right;
+  double pairs = 0;
+  for (int i = 0; i < s.seqlen; ++i) {
+    const auto r = detail::visible_keys(i, s.seqlen, s.keys(), s.window_left, right);
+    pairs += std::max(0, r.end - r.begin);
+  }
+  // The papers count causal square attention as exactly half of the full matrix.
+  if (s.causal && s.window_left < 0 && s.seqlen == s.keys()) pairs = 0.5 * double(s.seqlen) * s.keys();
+  return 4.0 * s.batch * s.heads * pairs * s.head_dim;
+}
+
+struct Workload::State {
+  Shape shape;
+  HostTensor q, k, v, dout, out, lse, dq, dk, dv;
+  std::vector<DeviceBuffer> device;  // CUDA copies, in the order of tensors()
+  std::uint64_t seed;
+
+  std::vector<HostTensor*> tensors() { return {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv}; }
+  TensorView view(int i) {
+    HostTensor* t = tensors()[i];
+    return shape.device == DeviceKind::cuda ? t->view(DeviceKind::cuda, device[i].data()) : t->view();
+  }
+  void options(AttentionOptions& o) const {
+    o.causal = shape.causal;
+    o.window_left = shape.window_left;
+    o.window_right = shape.window_right;
+    o.softcap = shape.softcap;
+  }
+};
+
+Workload::Workload(const Shape& s, std::uint64_t seed) : state_(std::make_unique<State>()) {
+  State& st = *state_;
+  st.shape = s;
+  st.seed = seed;
+  const std::int64_t b = s.batch, n = s.seqlen, nk = s.keys(), h = s.heads, hk = s.kv_heads(), d = s.head_dim;
+  st.q = HostTensor(s.dtype, {b, n, h, d});
+  st.k = HostTensor(s.dtype, {b, nk, hk, d});
+  st.v = HostTensor(s.dtype, {b, nk, hk, d});
+  st.dout = HostTensor(s.dtype, {b, n, h, d});
+  st.out = HostTensor(s.dtype, {b, n, h, d});
+  st.lse = HostTensor(DType::f32, {b, h, n});
+  st.dq = HostTensor(s.dtype, {b, n, h, d});
+  st.dk = HostTensor(s.dtype, {b, nk, hk, d});
+  st.dv = HostTensor(s.dtype, {b, nk, hk, d});
+  std::mt19937_64 rng(seed);
+  for (HostTensor* t : {&st.q, &st.k, &st.v, &st.dout}) t->fill_normal(rng);
+  for (HostTensor* t : {&st.out, &st.lse, &st.dq, &st.dk, &st.dv}) t->poison();
+  if (s.device == DeviceKind::cuda)
+    for (HostTensor* t : st.tensors()) st.device.push_back(DeviceBuffer::upload(*t));
+}
+
+Workload::~Workload() = default;
+
+void Workload::forward() {
+  State& st = *state_;
+  ForwardArgs a;
+  st.options(a);
+  a.q = st.view(0);
+  a.k = st.view(1);
+  a.v = st.view(2);
+  a.out = st.view(4);
+  a.lse = st.view(5);
+  flashattn::forward(a);
+}
+
+void Workload::backward() {
+  State& st = *state_;
+  BackwardArgs a;
+  st.options(a);
+  a.q = st.view(0);
+  a.k = st.view(1);
+  a.v = st.view(2);
+  a.dout = st.view(3);
+  a.out = st.view(4);
+  a.lse = st.view(5);
+  a.dq = st.view(6);
+  a.dk = st.view(7);
+  a.dv = st.view(8);
+  flashattn::backward(a);
+}
+
+void Workload::synchronize() {
+  if (state_->shape.device == DeviceKind::cuda) host::device_synchronize();
+}
+
+std::size_t Workload::tensor_bytes() const {
+  std::size_t total = 0;
+  for (HostTensor* t : state_->tensors()) total += t->storage_bytes();
+  return total;
+}
+
+RowCheck Workload::check_forward_rows(int rows) {
+  State& st = *state_;
+  const Shape& s = st.shape;
+  if (s.device == DeviceKind::cuda) {
+    host::device_synchronize();
+    st.device[4].download(st.out);
+  }
+  // Each sampled row is its own one-query reference problem over exactly the keys it sees, so
+  // the check costs O(rows * n_k * d) however long the sequence is.
+  HostTensor q32 = st.q.to_f32(), k32 = st.k.to_f32(), v32 = st.v.to_f32();
+  const std::int64_t d = s.head_dim, hk = s.kv_heads();
+  std::mt19937_64 rng(st.seed ^ 0x9e3779b97f4a7c15ull);
+  RowCheck result;
+  result.tolerance = s.dtype == DType::f32 ? 1e-4 : s.dtype == DType::f16 ? 5e-3 : 2e-2;
+  const int right = s.causal ? 0 : s.window_right;
+  for (int r = 0; r < rows && s.seqlen > 0 && s.batch > 0; ++r) {
+    const int b = int(rng() % s.batch), h = int(rng() % s.heads), i = int(rng() % s.seqlen);
+    const int hkv = h / (s.heads / s.kv_heads());
+    const auto range = detail::visible_keys(i, s.seqlen, s.keys(), s.window_left, right);
+    const std::int64_t row = ((std::int64_t(b) * s.seqlen + i) * s.heads + h) * d;
+    std::vector<float> expected(d, 0.0f);
+    if (range.end > range.begin) {
+      const std::int64_t keys = range.end - range.begin;
+      const std::int64_t k_offset = ((std::int64_t(b) * s.keys() + range.begin) * hk + hkv) * d;
+      HostTensor out1(DType::f32, {1, 1, 1, d});
+      ForwardArgs a;
+      a.softcap = s.softcap;
+      a.softmax_scale = 1.0f / std::sqrt(float(d));
+      a.q = TensorView::strided(static_cast<float*>(q32.data()) + row, DType::f32, {1, 1, 1, d}, {d, d, d, 1});
+      a.k = TensorView::strided(static_cast<float*>(k32.data()) + k_offset, DType::f32, {1, keys, 1, d},
+                                {keys * hk * d, hk * d, d, 1});
+      a.v = TensorView::strided(static_cast<float*>(v32.data()) + k_offset, DType::f32, {1, keys, 1, d},
+                                {keys * hk * d, hk * d, d, 1});
+      a.out = out1.view();
+      reference::forward(a);
+      expected = out1.to_floats();
+    }
+    double num = 0, den = 0;
+    for (std::int64_t e = 0; e < d; ++e) {
+      const double got = st.out.get(row + e), want = expected[e];
+      num += (got - want) * (got - want);
+      den += want * want;
+    }
+    const double err = std::isnan(num) ? INFINITY : den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    result.max_error = std::max(result.max_error, err);
+    ++result.rows;
+  }
+  return result;
+}
+
+}  // namespace flashattn::tools
