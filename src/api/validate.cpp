@@ -234,6 +234,8 @@ void fill_problem(Problem& p, const AttentionOptions& o, const Layout& L, const 
   if (L.varlen) {
     p.cu_seqlens_q = static_cast<const std::int32_t*>(o.cu_seqlens_q.data);
     p.cu_seqlens_k = static_cast<const std::int32_t*>(o.cu_seqlens_k.data);
+    p.total_q = L.total_q;
+    p.total_k = L.total_k;
   }
   p.scale = o.softmax_scale ? *o.softmax_scale : 1.0f / std::sqrt(float(L.head_dim));
   p.softcap = o.softcap;

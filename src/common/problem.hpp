@@ -42,6 +42,10 @@ struct Problem {
   // Variable length when non-null (batch + 1 offsets, in the tensors' memory space).
   const std::int32_t* cu_seqlens_q = nullptr;
   const std::int32_t* cu_seqlens_k = nullptr;
+  // Variable length: the rows of the packed tensors (q and out: total_q; k and v: total_k), so
+  // that kernels which address the packed tensor as a whole (TMA) know its extent. 0 otherwise.
+  std::int64_t total_q = 0;
+  std::int64_t total_k = 0;
 
   float scale = 1.0f;    // softmax scale
   float softcap = 0.0f;  // 0 = off
