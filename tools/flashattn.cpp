@@ -3,7 +3,8 @@
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
 //                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
-//   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--quick] [--backward] [--json FILE]
+//   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
+//                   [--backward] [--json FILE]
 //   flashattn info
 #include <cstdio>
 #include <cstdlib>
@@ -135,41 +136,40 @@ int run_command(int argc, char** argv) {
   return check.ok() ? 0 : 1;
 }
 
-std::vector<Shape> bench_shapes(DeviceKind device, DType dtype, bool quick) {
+// The benchmark suites: `train` (ANCHORS.md: 16k tokens in total, hidden 2048), `decode`
+// (one query token against a long KV cache, GQA 32:8) and `cpu` (ANCHORS.md's CPU line).
+std::vector<Shape> bench_shapes(const std::string& suite, DeviceKind device, DType dtype, bool quick) {
   std::vector<Shape> shapes;
-  if (device == DeviceKind::cuda) {
-    // As in ANCHORS.md: 16k tokens in total, hidden size 2048.
+  auto shape = [&](int b, int h, int hkv, int n, int nk, int d, bool causal) {
+    Shape s;
+    s.device = device;
+    s.dtype = dtype;
+    s.batch = b;
+    s.heads = h;
+    s.heads_kv = hkv;
+    s.seqlen = n;
+    s.seqlen_k = nk;
+    s.head_dim = d;
+    s.causal = causal;
+    shapes.push_back(s);
+  };
+  if (suite == "train") {
     const std::vector<int> dims = quick ? std::vector<int>{128} : std::vector<int>{64, 128, 256};
-    const std::vector<int> lens = quick ? std::vector<int>{1024, 4096} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
+    const std::vector<int> lens =
+        quick ? std::vector<int>{1024, 4096} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
     for (int d : dims)
       for (int n : lens)
-        for (bool causal : {false, true}) {
-          Shape s;
-          s.device = device;
-          s.dtype = dtype;
-          s.head_dim = d;
-          s.heads = 2048 / d;
-          s.seqlen = n;
-          s.batch = 16384 / n;
-          s.causal = causal;
-          shapes.push_back(s);
-        }
-  } else {
-    // ANCHORS.md's CPU line: b*h = 16-32, n = 1-2k, d = 64-128.
+        for (bool causal : {false, true}) shape(16384 / n, 2048 / d, 0, n, 0, d, causal);
+  } else if (suite == "decode") {
+    const std::vector<int> lens = quick ? std::vector<int>{4096} : std::vector<int>{4096, 16384, 65536, 131072};
+    for (int nk : lens) shape(8, 32, 8, 1, nk, 128, false);
+  } else if (suite == "cpu") {
     const std::vector<int> lens = quick ? std::vector<int>{512} : std::vector<int>{1024, 2048};
     for (int d : {64, 128})
       for (int n : lens)
-        for (bool causal : {false, true}) {
-          Shape s;
-          s.device = device;
-          s.dtype = dtype;
-          s.head_dim = d;
-          s.batch = 2;
-          s.heads = 8;
-          s.seqlen = n;
-          s.causal = causal;
-          shapes.push_back(s);
-        }
+        for (bool causal : {false, true}) shape(2, 8, 0, n, 0, d, causal);
+  } else {
+    throw std::invalid_argument("--suite expects train, decode or cpu, got '" + suite + "'");
   }
   return shapes;
 }
@@ -184,11 +184,12 @@ void progress(std::size_t done, std::size_t total, const std::string& what) {
 
 int bench_command(int argc, char** argv) {
   Args args(argc, argv, 2, {"quick", "backward"});
-  args.reject_unknown({"backend", "dtype", "quick", "backward", "json"});
+  args.reject_unknown({"backend", "dtype", "quick", "backward", "json", "suite"});
   const DeviceKind device = parse_backend(args.get("backend", "auto"));
   const DType dtype = parse_dtype(args.get("dtype", device == DeviceKind::cuda ? "bf16" : "f32"));
-  const bool with_backward = args.has("backward");
-  const auto shapes = bench_shapes(device, dtype, args.has("quick"));
+  const std::string suite = args.get("suite", device == DeviceKind::cuda ? "train" : "cpu");
+  const bool with_backward = args.has("backward") && suite != "decode";
+  const auto shapes = bench_shapes(suite, device, dtype, args.has("quick"));
 
   struct Row { Shape s; double fwd_ms, fwd_tflops, bwd_ms = 0, bwd_tflops = 0; bool ok; };
   std::vector<Row> rows;
@@ -208,20 +209,26 @@ int bench_command(int argc, char** argv) {
   }
   progress(shapes.size(), shapes.size(), "done");
 
-  std::printf("%-44s %10s %9s %10s %9s %s\n", "shape", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "check");
+  // Reading K and V once is the floor of decoding: report it as bandwidth.
+  auto kv_tb_s = [](const Row& r) {
+    const double bytes = 2.0 * r.s.batch * r.s.keys() * r.s.kv_heads() * r.s.head_dim * element_size(r.s.dtype);
+    return bytes / r.fwd_ms / 1e9;
+  };
+  std::printf("%-44s %10s %9s %10s %9s %8s %s\n", "shape", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "KV TB/s",
+              "check");
   for (const Row& r : rows)
-    std::printf("%-44s %10.3f %9.2f %10.3f %9.2f %s\n", r.s.describe().c_str(), r.fwd_ms, r.fwd_tflops, r.bwd_ms,
-                r.bwd_tflops, r.ok ? "ok" : "FAILED");
+    std::printf("%-44s %10.3f %9.2f %10.3f %9.2f %8.3f %s\n", r.s.describe().c_str(), r.fwd_ms, r.fwd_tflops,
+                r.bwd_ms, r.bwd_tflops, kv_tb_s(r), r.ok ? "ok" : "FAILED");
 
   if (args.has("json")) {
     std::ofstream out(args.get("json", ""));
-    out << "{\n  \"tool\": \"flashattn bench\",\n  \"backend\": \"" << to_string(device) << "\",\n  \"dtype\": \""
+    out << "{\n  \"tool\": \"flashattn bench\",\n  \"suite\": \"" << suite << "\",\n  \"backend\": \"" << to_string(device) << "\",\n  \"dtype\": \""
         << to_string(dtype) << "\",\n  \"rows\": [\n";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      out << "    {\"b\": " << r.s.batch << ", \"h\": " << r.s.heads << ", \"n\": " << r.s.seqlen
-          << ", \"d\": " << r.s.head_dim << ", \"causal\": " << (r.s.causal ? "true" : "false")
-          << ", \"fwd_ms\": " << r.fwd_ms << ", \"fwd_tflops\": " << r.fwd_tflops;
+      out << "    {\"b\": " << r.s.batch << ", \"h\": " << r.s.heads << ", \"h_kv\": " << r.s.kv_heads()
+          << ", \"n\": " << r.s.seqlen << ", \"n_k\": " << r.s.keys() << ", \"d\": " << r.s.head_dim << ", \"causal\": " << (r.s.causal ? "true" : "false")
+          << ", \"fwd_ms\": " << r.fwd_ms << ", \"fwd_tflops\": " << r.fwd_tflops << ", \"kv_tb_s\": " << kv_tb_s(r);
       if (with_backward) out << ", \"bwd_ms\": " << r.bwd_ms << ", \"bwd_tflops\": " << r.bwd_tflops;
       out << ", \"check_ok\": " << (r.ok ? "true" : "false") << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
     }
@@ -244,7 +251,8 @@ void usage() {
                "                       [--headdim D] [--causal] [--window L,R] [--softcap C]\n"
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
-               "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--quick] [--backward] [--json FILE]\n"
+               "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"
+               "                       [--quick] [--backward] [--json FILE]\n"
                "       flashattn info\n");
 }
 
