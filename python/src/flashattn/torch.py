@@ -158,6 +158,8 @@ class _EagerAttention(torch.autograd.Function):
 def _last_dim_contiguous(x: Tensor, name: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"flashattn: {name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(f"flashattn: {name}.layout: expected torch.strided (a dense tensor), got {x.layout}")
     return x if x.dim() == 0 or x.stride(-1) == 1 else x.contiguous()
 
 
