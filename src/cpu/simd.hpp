@@ -6,6 +6,7 @@
 // Xeons, which halves the multiply-add rate there.
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace flashattn::cpu::simd {
 
@@ -27,24 +28,33 @@ inline Vec load(const float* p) {
   return v;
 }
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
-inline Vec splat(float x) { return Vec{} + x; }
-
-inline float reduce_max(Vec v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
-  return m;
+// A broadcast, written as an initializer with x in every lane, which compiles to one
+// vbroadcastss (Vec{} + x would cost an add, since -0 + 0 = +0).
+inline Vec splat(float x) {
+  return [x]<std::size_t... I>(std::index_sequence<I...>) { return Vec{(void(I), x)...}; }(
+      std::make_index_sequence<kLanes>{});
 }
 
-// 2^x to about 1 ulp. x = n + f with n an integer and |f| <= 1/2; 2^f from its Taylor series
-// (degree 7, error below 1e-8), 2^n added to the exponent bits. Inputs below -126 give
-// exactly 0, which is how masked scores (-inf) drop out of the softmax; NaN is not expected.
+inline VecInt splat_int(std::int32_t x) {
+  return [x]<std::size_t... I>(std::index_sequence<I...>) { return VecInt{(void(I), x)...}; }(
+      std::make_index_sequence<kLanes>{});
+}
+
+inline Vec min(Vec a, Vec b) { return a < b ? a : b; }
+inline Vec max(Vec a, Vec b) { return a > b ? a : b; }
+
+// 2^x to about 1 ulp, for x <= 127 (callers guarantee it: softmax arguments are <= 0).
+// x = n + f with n an integer and |f| <= 1/2; 2^f from its Taylor series (degree 7, error
+// below 1e-8); 2^n enters through the exponent bits. Adding 1.5 * 2^23 rounds x to an
+// integer n whose two's complement lands in the low mantissa bits, so shifting those bits
+// left by 23 gives n in the exponent field directly. Inputs below -126 give exactly 0
+// (whatever the arithmetic made of them on the way, -inf included), which is how masked
+// scores drop out of the softmax. NaN is not expected.
 inline Vec exp2(Vec x) {
   const VecInt underflow = x < -126.0f;
-  x = x < -126.0f ? splat(-126.0f) : x;
-  x = x > 127.0f ? splat(127.0f) : x;
-  const Vec round_shift = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const Vec n = (x + round_shift) - round_shift;
-  const Vec f = x - n;
+  const Vec round_shift = splat(12582912.0f);  // 1.5 * 2^23
+  const Vec shifted = x + round_shift;
+  const Vec f = x - (shifted - round_shift);
   Vec p = splat(1.5252733804059840e-5f);
   p = p * f + 1.5403530393381606e-4f;
   p = p * f + 1.3333558146428443e-3f;
@@ -53,18 +63,34 @@ inline Vec exp2(Vec x) {
   p = p * f + 2.4022650695910071e-1f;
   p = p * f + 6.9314718055994531e-1f;
   p = p * f + 1.0f;
-  VecInt bits;
+  VecInt bits, n_bits;
   std::memcpy(&bits, &p, sizeof bits);
-  bits += __builtin_convertvector(n, VecInt) << 23;
+  std::memcpy(&n_bits, &shifted, sizeof n_bits);
+  bits += n_bits << 23;
   Vec r;
   std::memcpy(&r, &bits, sizeof r);
   return underflow ? splat(0.0f) : r;
 }
 
-// tanh(x) = 1 - 2 / (1 + e^(2x)); saturates cleanly to +-1 (absolute error about 1e-7).
+// tanh(x) = sign(x) (1 - e) / (1 + e) with e = e^(-2|x|) in (0, 1]: exp2 only sees arguments
+// <= 0, and large |x| saturate cleanly to +-1 (absolute error about 1e-7).
 inline Vec tanh(Vec x) {
-  constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 / ln 2
-  return 1.0f - 2.0f / (1.0f + exp2(x * kTwoLog2e));
+  constexpr float kMinusTwoLog2e = -2.8853900817779268f;  // -2 / ln 2
+  const VecInt sign_bit = splat_int(std::int32_t(0x80000000u));
+  VecInt bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const VecInt sign = bits & sign_bit;
+  const VecInt abs_bits = bits & ~sign_bit;
+  Vec abs_x;
+  std::memcpy(&abs_x, &abs_bits, sizeof abs_x);
+  const Vec e = exp2(abs_x * kMinusTwoLog2e);
+  const Vec t = (1.0f - e) / (1.0f + e);
+  VecInt t_bits;
+  std::memcpy(&t_bits, &t, sizeof t_bits);
+  t_bits |= sign;
+  Vec r;
+  std::memcpy(&r, &t_bits, sizeof r);
+  return r;
 }
 
 }  // namespace flashattn::cpu::simd
