@@ -244,7 +244,8 @@ TensorView TensorViews::view(nb::handle tensor, const char* name, const char* dt
 std::uintptr_t current_stream(nb::handle tensor, const TensorView& view) {
   if (view.device != DeviceKind::cuda) return 0;
   if (const Torch* torch = torch_if_imported(); is_torch_tensor(torch, tensor) && torch->current_raw_stream) {
-    nb::object stream = checked(PyObject_CallFunction(torch->current_raw_stream, "i", view.device_index));
+    nb::object index = checked(PyLong_FromLong(view.device_index));
+    nb::object stream = checked(PyObject_CallOneArg(torch->current_raw_stream, index.ptr()));
     return std::uintptr_t(PyLong_AsVoidPtr(stream.ptr()));
   }
   static PyObject* const cupy_name = interned("cupy");

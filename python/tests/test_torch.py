@@ -95,7 +95,7 @@ def test_flash_attn_func(config, case):
 
     def run(q, k, v):
         out, lse, probs = flash_attn_func(q, k, v, return_attn_probs=True, **options)
-        assert probs is None
+        assert probs is None and lse.shape == (b, hq, sq)
         return out, lse
 
     check_against_pytorch(run, (q, k, v), dout, options, dtype)
@@ -180,9 +180,13 @@ def test_layouts_without_and_with_copies(config):
 
 
 def test_no_grad_and_inference():
-    q = make((1, 8, 2, 32), "cpu", torch.float32, 40).requires_grad_()
+    q = make((1, 9, 2, 32), "cpu", torch.float32, 40).requires_grad_()
     with torch.no_grad():
-        assert flash_attn_func(q, q, q).grad_fn is None
+        out = flash_attn_func(q, q, q)  # computes no LSE
+        assert out.grad_fn is None
+        with_lse, lse, _ = flash_attn_func(q, q, q, return_attn_probs=True)
+        torch.testing.assert_close(out, with_lse, rtol=0, atol=0)
+        assert lse.shape == (1, 2, 9) and lse.stride() == (24, 12, 1), "rows padded to 4 floats"
     with torch.inference_mode():
         assert flash_attn_func(q.detach(), q.detach(), q.detach()).shape == q.shape
     assert flash_attn_func(q, q, q).grad_fn is not None

@@ -7,8 +7,9 @@ Switch by changing one import::
 Same names, arguments, layouts and return values as flash-attn 2: q (batch, seqlen_q, nheads,
 headdim), k and v (batch, seqlen_k, nheads_k, headdim), nheads a multiple of nheads_k; packed
 variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse float32
-(batch, nheads, seqlen_q), or (nheads, total_q) packed. Outputs are allocated here; CUDA work runs
-on the current stream; CPU tensors run on flashattn's CPU backend.
+(batch, nheads, seqlen_q), or (nheads, total_q) packed, its rows padded to a multiple of 4 floats
+in memory (the GPU kernels' 16-byte rule). Outputs are allocated here; CUDA work runs on the current
+stream; CPU tensors run on flashattn's CPU backend.
 
 Differences from flash-attn: dropout (dropout_p > 0), ALiBi (alibi_slopes) and paged KV
 (block_table) are not implemented and raise NotImplementedError. return_attn_probs=True returns
@@ -40,13 +41,29 @@ __all__ = [
 # ---- the two operations: allocate the outputs, let the library write them --------------------
 
 
-def _forward_outputs(q: Tensor, varlen: bool) -> tuple[Tensor, Tensor]:
-    # A q of the wrong rank gets an empty LSE: the library then reports q itself.
+def _empty_lse(q: Tensor, varlen: bool) -> Tensor:
+    """The forward's float32 LSE for q: (batch, nheads, seqlen_q), or (nheads, total_q) packed.
+
+    Rows are padded to a multiple of 4 floats: on the GPU the library asks every outer stride to
+    be a multiple of 16 bytes. A q of the wrong rank gets an empty LSE: the library then reports q.
+    """
     if varlen:
-        lse_shape = (q.shape[1], q.shape[0]) if q.dim() == 3 else (0, 0)
+        shape = (q.shape[1], q.shape[0]) if q.dim() == 3 else (0, 0)
     else:
-        lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (0, 0, 0)
-    return torch.empty_like(q), q.new_empty(lse_shape, dtype=torch.float32)
+        shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (0, 0, 0)
+    row = (shape[-1] + 3) // 4 * 4
+    strides = (shape[1] * row, row, 1) if len(shape) == 3 else (row, 1)
+    return q.new_empty_strided(shape, strides, dtype=torch.float32)
+
+
+def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                   causal, window_left, window_right, softcap):  # fmt: skip
+    _C.forward(
+        q, k, v, out, lse,
+        softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+        softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )  # fmt: skip
 
 
 def _forward(
@@ -64,18 +81,21 @@ def _forward(
     softcap: float,
     deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
-    out, lse = _forward_outputs(q, cu_seqlens_q is not None)
-    _C.forward(
-        q, k, v, out, lse,
-        softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-        softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-    )  # fmt: skip
+    out, lse = torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
+    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                   causal, window_left, window_right, softcap)  # fmt: skip
     return out, lse
 
 
 def _forward_fake(q, k, v, cu_seqlens_q, *options) -> tuple[Tensor, Tensor]:
-    return _forward_outputs(q, cu_seqlens_q is not None)
+    return torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
+
+
+def _forward_without_lse(q, k, v, *options) -> Tensor:
+    """Inference: the output alone, with no LSE to allocate or write."""
+    out = torch.empty_like(q)
+    _write_forward(q, k, v, out, None, *options[:-1])  # all but `deterministic`
+    return out
 
 
 def _backward(
@@ -165,7 +185,8 @@ def _last_dim_contiguous(x: Tensor, name: str) -> Tensor:
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-               block_table=None) -> tuple[Tensor, Tensor]:  # fmt: skip
+               return_lse, block_table=None) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
+    """(out, lse); lse is None where neither the caller nor autograd needs it."""
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"flashattn: dropout_p: expected a probability in [0, 1), got {dropout_p}")
     if dropout_p > 0.0:
@@ -185,7 +206,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         return _forward_op(*inputs)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _EagerAttention.apply(*inputs)
-    return _forward(*inputs)
+    return _forward(*inputs) if return_lse else (_forward_without_lse(*inputs), None)
 
 
 # ---- flash-attn's functions -------------------------------------------------------------------
@@ -203,7 +224,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return_attn_probs=True; softmax_lse is float32 (batch, nheads, seqlen_q).
     """
     out, lse = _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, deterministic)  # fmt: skip
+                          softcap, alibi_slopes, deterministic, return_attn_probs)  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -221,7 +242,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                          block_table)  # fmt: skip
+                          return_attn_probs, block_table)  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
 
