@@ -7,8 +7,8 @@ Switch by changing one import::
 Same names, arguments, layouts and return values as flash-attn 2: q (batch, seqlen_q, nheads,
 headdim), k and v (batch, seqlen_k, nheads_k, headdim), nheads a multiple of nheads_k; packed
 variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse float32
-(batch, nheads, seqlen_q), or (nheads, total_q) packed, its rows padded to a multiple of 4 floats
-in memory (the GPU kernels' 16-byte rule). Outputs are allocated here; CUDA work runs on the current
+(batch, nheads, seqlen_q), or (nheads, total_q) packed (on the GPU its rows are padded to a
+multiple of 4 floats in memory: the kernels' 16-byte stride rule). Outputs are allocated here; CUDA work runs on the current
 stream; CPU tensors run on flashattn's CPU backend.
 
 Differences from flash-attn: dropout (dropout_p > 0), ALiBi (alibi_slopes) and paged KV
@@ -19,8 +19,9 @@ without dropout). As in flash-attn, no gradient flows through softmax_lse.
 Autograd runs flashattn's backward. Both directions are torch.library custom ops
 (flashattn::forward, flashattn::backward) with fake implementations and an autograd rule, so
 torch.compile(fullgraph=True) traces models that use them without graph breaks. Eager calls run the
-same implementation through a plain autograd.Function instead of the dispatcher, which costs
-custom ops tens of microseconds per call.
+same implementation through a plain autograd.Function instead of the dispatcher: on an H100 host a
+forward without grad took 17 us this way and 65 us through the custom op, a forward + backward 276
+and 737 us (python/benchmarks/results/).
 """
 from typing import Optional
 
@@ -44,14 +45,15 @@ __all__ = [
 def _empty_lse(q: Tensor, varlen: bool) -> Tensor:
     """The forward's float32 LSE for q: (batch, nheads, seqlen_q), or (nheads, total_q) packed.
 
-    Rows are padded to a multiple of 4 floats: on the GPU the library asks every outer stride to
-    be a multiple of 16 bytes. A q of the wrong rank gets an empty LSE: the library then reports q.
+    On the GPU, rows are padded to a multiple of 4 floats: the library asks every outer stride of
+    a CUDA tensor to be a multiple of 16 bytes. A q of the wrong rank gets an empty LSE: the
+    library then reports q itself.
     """
     if varlen:
         shape = (q.shape[1], q.shape[0]) if q.dim() == 3 else (0, 0)
     else:
         shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (0, 0, 0)
-    row = (shape[-1] + 3) // 4 * 4
+    row = (shape[-1] + 3) // 4 * 4 if q.is_cuda else shape[-1]
     strides = (shape[1] * row, row, 1) if len(shape) == 3 else (row, 1)
     return q.new_empty_strided(shape, strides, dtype=torch.float32)
 
