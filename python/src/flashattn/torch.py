@@ -8,8 +8,8 @@ Same names, arguments, layouts and return values as flash-attn 2: q (batch, seql
 headdim), k and v (batch, seqlen_k, nheads_k, headdim), nheads a multiple of nheads_k; packed
 variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse float32
 (batch, nheads, seqlen_q), or (nheads, total_q) packed (on the GPU its rows are padded to a
-multiple of 4 floats in memory: the kernels' 16-byte stride rule). Outputs are allocated here; CUDA work runs on the current
-stream; CPU tensors run on flashattn's CPU backend.
+multiple of 4 floats in memory: the kernels' 16-byte stride rule). Outputs are allocated here;
+CUDA work runs on the current stream; CPU tensors run on flashattn's CPU backend.
 
 Differences from flash-attn: dropout (dropout_p > 0), ALiBi (alibi_slopes) and paged KV
 (block_table) are not implemented and raise NotImplementedError. return_attn_probs=True returns
