@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "api/validate.hpp"
 #include "attention_data.hpp"
+#include "cpu/backend.hpp"
 #include "flashattn/reference.hpp"
 
 using namespace flashattn;
@@ -100,28 +102,31 @@ std::vector<Named> cases() {
 
 int main(int argc, char** argv) {
   const std::uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : std::random_device{}();
-  std::printf("seed %llu, %d threads\n", (unsigned long long)seed, omp_get_max_threads());
-  std::printf("%-32s %-5s %10s %10s %10s %10s %10s %s\n", "case", "dtype", "out", "lse", "dq", "dk", "dv",
-              "bits 1 thread = all");
+  std::printf("seed %llu, %d threads. Errors ||x - ref|| / ||ref||; tol = 2 x the same-precision baseline's\n"
+              "error + floor (the test harness's rule); bits: same gradients with 1 thread and with all\n",
+              (unsigned long long)seed, omp_get_max_threads());
+  std::printf("%-32s %-5s %9s %9s %9s %9s %9s %8s %s\n", "case", "dtype", "out", "lse", "dq", "dk", "dv", "err/tol",
+              "bits");
   bool ok = true;
   int index = 0;
   for (const Named& c : cases()) {
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      AttentionData ours(c.shape, dtype, seed + index, c.magnitude);
-      AttentionData ref(c.shape, dtype, seed + index, c.magnitude);
-      ++index;
+      const std::uint64_t case_seed = seed + index++;
+      AttentionData ours(c.shape, dtype, case_seed, c.magnitude);
+      AttentionData ref(c.shape, dtype, case_seed, c.magnitude);
+      AttentionData base(c.shape, dtype, case_seed, c.magnitude);
       forward(ours.forward_args());
       reference::forward(ref.forward_args());
-      const double out_err = relative_error(ours.out, ref.out);
+      cpu::reference_forward(detail::make_forward_problem(base.forward_args()), dtype);
       double lse_err = 0;
       for (std::int64_t i = 0; i < ref.lse.numel(); ++i) {
         const double r = ref.lse.get(i), x = ours.lse.get(i);
         lse_err = std::max(lse_err, std::isinf(r) ? (x == r ? 0.0 : INFINITY) : std::abs(x - r) / std::max(1.0, std::abs(r)));
       }
-      backward(ours.backward_args());
+      backward(ours.backward_args());  // on our own out and LSE
       reference::backward(ref.backward_args());
-      const double dq_err = relative_error(ours.dq, ref.dq), dk_err = relative_error(ours.dk, ref.dk),
-                   dv_err = relative_error(ours.dv, ref.dv);
+      cpu::reference_backward(detail::make_backward_problem(base.backward_args()), dtype);
+
       // Same gradients with one thread?
       const Buffer dq = ours.dq, dk = ours.dk, dv = ours.dv;
       const int threads = omp_get_max_threads();
@@ -130,12 +135,26 @@ int main(int argc, char** argv) {
       omp_set_num_threads(threads);
       const bool same = dq.bytes == ours.dq.bytes && dk.bytes == ours.dk.bytes && dv.bytes == ours.dv.bytes;
 
-      const double limit = dtype == DType::f32 ? 1e-4 : 2e-2;
-      const double worst = std::max({out_err, dq_err, dk_err, dv_err});
-      const bool pass = worst <= limit && lse_err <= (dtype == DType::f32 ? 1e-5 : 1e-3) && same;
+      // The baseline rounds P, dP, dS and the results but computes dot products exactly. In fp32
+      // with scores in the thousands (magnitude 30), dS = P (dP - D) cancels and the fp32 sums
+      // in dP and D = dO . O leave about 1e-4 of noise in dQ and dK (PyTorch's fp32 attention
+      // too: bench_torch.py measures it), hence a fixed 1e-3 there.
+      const double floor = dtype == DType::f32 ? 2e-5 : 2e-4;
+      const bool fp32_large = dtype == DType::f32 && c.magnitude > 10;
+      double worst = 0;
+      double errors[4];
+      const Buffer* pairs[4][3] = {{&ours.out, &ref.out, &base.out}, {&ours.dq, &ref.dq, &base.dq},
+                                   {&ours.dk, &ref.dk, &base.dk}, {&ours.dv, &ref.dv, &base.dv}};
+      for (int i = 0; i < 4; ++i) {
+        errors[i] = relative_error(*pairs[i][0], *pairs[i][1]);
+        double tol = 2 * relative_error(*pairs[i][2], *pairs[i][1]) + floor;
+        if (fp32_large && i > 0) tol = std::max(tol, 1e-3);
+        worst = std::max(worst, errors[i] / tol);
+      }
+      const bool pass = worst <= 1 && lse_err <= (dtype == DType::f32 ? 1e-5 : 1e-3) && same;
       ok = ok && pass;
-      std::printf("%-32s %-5s %10.2e %10.2e %10.2e %10.2e %10.2e %s%s\n", c.name.c_str(), to_string(dtype), out_err,
-                  lse_err, dq_err, dk_err, dv_err, same ? "yes" : "NO", pass ? "" : "  <-- FAIL");
+      std::printf("%-32s %-5s %9.2e %9.2e %9.2e %9.2e %9.2e %8.2f %s%s\n", c.name.c_str(), to_string(dtype), errors[0],
+                  lse_err, errors[1], errors[2], errors[3], worst, same ? "yes" : "NO", pass ? "" : "  <-- FAIL");
     }
   }
   std::printf(ok ? "all passed\n" : "FAILURES\n");

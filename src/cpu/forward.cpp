@@ -66,9 +66,14 @@ void forward_block(const detail::ForwardProblem& p, const Task& task, Workspace&
 
   for (int key0 = keys.key_begin; key0 < keys.key_end; key0 += kKeyBlock) {
     const int n = std::min(kKeyBlock, keys.key_end - key0);
-    load_tile(k, key0, n, n, head_dim, ws.k.data(), head_dim);
+    // The product only broadcasts elements of K: fp32 keys are read in place, others converted.
+    StridedMatrix k_rows{ws.k.data(), head_dim, 1};
+    if (p.dtype == DType::f32)
+      k_rows = {static_cast<const float*>(k.data) + k.first + key0 * k.row_stride, k.row_stride, 1};
+    else
+      load_tile(k, key0, n, n, head_dim, ws.k.data(), head_dim);
     load_tile(v, key0, n, n, head_dim, ws.v.data(), width);
-    gemm(n, kQueryBlock, head_dim, {ws.k.data(), head_dim, 1}, ws.q_t.data(), kQueryBlock, ws.s.data(),
+    gemm(n, kQueryBlock, head_dim, k_rows, ws.q_t.data(), kQueryBlock, ws.s.data(),
          kQueryBlock, /*accumulate=*/false);
     if (p.softcap > 0) softcap_scores(ws.s.data(), n * kQueryBlock, p.softcap, nullptr);
     if (!keys.sees_all(key0, key0 + n)) mask_scores(ws.s.data(), n, key0, keys);
