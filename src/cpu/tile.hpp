@@ -65,10 +65,12 @@ inline void convert_to_float(DType dtype, const void* base, std::int64_t index, 
         const std::uint32_t h = src[i];
         const std::uint32_t magnitude = (h & 0x7fffu) << 13;
         // Reinterpreted as a float, the half's bits are off by 2^112 in the exponent bias;
-        // the multiplication fixes normals and subnormals alike.
-        float f = detail::bits_to_float(magnitude) * 0x1p112f;
-        if (magnitude >= (0x7c00u << 13)) f = detail::bits_to_float(magnitude | 0x7f800000u);
-        dst[i] = detail::bits_to_float(detail::float_to_bits(f) | ((h & 0x8000u) << 16));
+        // the multiplication fixes normals and subnormals alike. Infinities and NaN keep their
+        // mantissa through it and only need the exponent filled (an OR, not a branch, so that
+        // the loop vectorizes).
+        const std::uint32_t scaled = detail::float_to_bits(detail::bits_to_float(magnitude) * 0x1p112f);
+        const std::uint32_t bits = scaled | (magnitude >= (0x7c00u << 13) ? 0x7f800000u : 0u);
+        dst[i] = detail::bits_to_float(bits | ((h & 0x8000u) << 16));
       }
       return;
     }
