@@ -33,8 +33,12 @@ std::string shape_string(std::initializer_list<std::int64_t> dims) {
   throw Error(kind, arg, expected, given);
 }
 
+// How a GPU kernel touches a tensor: (batch, seq, head, dim) operands move as 16-byte vectors;
+// per-row vectors (LSE) and offsets are read and written one element at a time.
+enum class Access { vectors, elements };
+
 // The checks every tensor argument gets: present, rank, sizes, strides, pointer, alignment.
-void check_tensor(const char* name, const TensorView& t, int rank) {
+void check_tensor(const char* name, const TensorView& t, int rank, Access access = Access::vectors) {
   if (!t.present()) fail(name, "a tensor", "none");
   if (t.rank != rank)
     fail(name, std::to_string(rank) + " dimensions", std::to_string(t.rank) + " (shape " + shape_string(t) + ")");
@@ -53,7 +57,7 @@ void check_tensor(const char* name, const TensorView& t, int rank) {
   if (t.numel() > 0 && t.data == nullptr) fail(std::string(name) + ".data", "a non-null pointer", "null");
   const std::size_t esize = element_size(t.dtype);
   const auto address = reinterpret_cast<std::uintptr_t>(t.data);
-  if (t.device == DeviceKind::cuda) {
+  if (t.device == DeviceKind::cuda && access == Access::vectors) {
     // GPU kernels move 16-byte vectors: the pointer and every outer stride must allow that.
     if (address % 16 != 0)
       fail(std::string(name) + ".data", "a 16-byte aligned pointer on the GPU",
@@ -189,7 +193,7 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
     const std::pair<const char*, const TensorView*> cus[] = {{"cu_seqlens_q", &o.cu_seqlens_q},
                                                              {"cu_seqlens_k", &o.cu_seqlens_k}};
     for (auto [name, cu] : cus) {
-      check_tensor(name, *cu, 1);
+      check_tensor(name, *cu, 1, Access::elements);
       check_dtype(name, *cu, DType::i32);
       check_same_placement(name, *cu, q);
       if (cu->shape[0] < 1) fail(std::string(name) + ".shape", "batch + 1 >= 1 entries", shape_string(*cu));
@@ -263,7 +267,7 @@ void check_like(const char* name, const TensorView& t, const TensorView& like, c
 }
 
 RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, const TensorView& q) {
-  check_tensor(name, lse, L.varlen ? 2 : 3);
+  check_tensor(name, lse, L.varlen ? 2 : 3, Access::elements);
   check_dtype(name, lse, DType::f32);
   check_same_placement(name, lse, q);
   if (L.varlen) {
