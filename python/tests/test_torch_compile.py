@@ -72,8 +72,7 @@ def test_compiled_block_matches_eager(setup):
 
 
 def test_dynamic_shapes_compile_once():
-    """On the CPU; on the GPU, where the LSE's rows are padded to 4 floats, a seqlen_q that is a
-    multiple of 4 (a contiguous LSE) and one that is not compile separately."""
+    """Sequence lengths that differ (odd and even) share one compiled graph."""
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
 

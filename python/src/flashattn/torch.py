@@ -7,8 +7,7 @@ Switch by changing one import::
 Same names, arguments, layouts and return values as flash-attn 2: q (batch, seqlen_q, nheads,
 headdim), k and v (batch, seqlen_k, nheads_k, headdim), nheads a multiple of nheads_k; packed
 variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse float32
-(batch, nheads, seqlen_q), or (nheads, total_q) packed (on the GPU its rows are padded to a
-multiple of 4 floats in memory: the kernels' 16-byte stride rule). Outputs are allocated here;
+(batch, nheads, seqlen_q), or (nheads, total_q) packed, contiguous. Outputs are allocated here;
 CUDA work runs on the current stream; CPU tensors run on flashattn's CPU backend.
 
 Differences from flash-attn: dropout (dropout_p > 0), ALiBi (alibi_slopes) and paged KV
@@ -45,17 +44,13 @@ __all__ = [
 def _empty_lse(q: Tensor, varlen: bool) -> Tensor:
     """The forward's float32 LSE for q: (batch, nheads, seqlen_q), or (nheads, total_q) packed.
 
-    On the GPU, rows are padded to a multiple of 4 floats: the library asks every outer stride of
-    a CUDA tensor to be a multiple of 16 bytes. A q of the wrong rank gets an empty LSE: the
-    library then reports q itself.
+    A q of the wrong rank gets an empty LSE: the library then reports q itself.
     """
     if varlen:
         shape = (q.shape[1], q.shape[0]) if q.dim() == 3 else (0, 0)
     else:
         shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (0, 0, 0)
-    row = (shape[-1] + 3) // 4 * 4 if q.is_cuda else shape[-1]
-    strides = (shape[1] * row, row, 1) if len(shape) == 3 else (row, 1)
-    return q.new_empty_strided(shape, strides, dtype=torch.float32)
+    return q.new_empty(shape, dtype=torch.float32)
 
 
 def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
