@@ -5,6 +5,7 @@
 // sm90 in the environment forces one family (for benchmarks and tests).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -38,16 +39,25 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// Queried once per device: the per-call host cost matters for small problems.
 int compute_capability(int device) {
+  static std::atomic<int> cache[64] = {};
+  if (device >= 0 && device < 64 && cache[device].load(std::memory_order_relaxed))
+    return cache[device].load(std::memory_order_relaxed);
   int major = 0, minor = 0;
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (device >= 0 && device < 64) cache[device].store(major * 10 + minor, std::memory_order_relaxed);
   return major * 10 + minor;
 }
 
+// Read once per process.
 const char* forced_family() {
-  const char* env = std::getenv("FLASHATTN_CUDA_FAMILY");
-  return (env && *env && std::strcmp(env, "auto") != 0) ? env : nullptr;
+  static const char* forced = [] {
+    const char* env = std::getenv("FLASHATTN_CUDA_FAMILY");
+    return (env && *env && std::strcmp(env, "auto") != 0) ? env : nullptr;
+  }();
+  return forced;
 }
 
 // What this build contains (from the generated instance list).
