@@ -91,8 +91,8 @@ std::vector<Named> cases() {
   s.lens_q = {17, 0, 130, 65}, s.lens_k = {30, 5, 128, 0};
   add("varlen_causal_gqa (empty seqs)", s);
   s = Shape{};
-  s.batch = 1, s.heads_q = s.heads_kv = 1, s.seqlen_q = s.seqlen_k = 2000;
-  add("n2000 (key splits)", s);
+  s.batch = 1, s.heads_q = s.heads_kv = 1, s.seqlen_q = s.seqlen_k = 1100;
+  add("n1100 (key splits)", s);
   s.seqlen_k = 0;
   add("seqlen_k0", s);
   return c;
@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
       ok = ok && pass;
       std::printf("%-32s %-5s %9.2e %9.2e %9.2e %9.2e %9.2e %8.2f %s%s\n", c.name.c_str(), to_string(dtype), errors[0],
                   lse_err, errors[1], errors[2], errors[3], worst, same ? "yes" : "NO", pass ? "" : "  <-- FAIL");
+      std::fflush(stdout);
     }
   }
   std::printf(ok ? "all passed\n" : "FAILURES\n");
