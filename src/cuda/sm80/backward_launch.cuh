@@ -1,11 +1,139 @@
 #pragma once
-// Placeholder until the sm80 backward lands.
+// The sm80 backward's entry point: plans the workspace and enqueues the kernels on the
+// problem's stream (nothing synchronizes):
+//   1. preprocess: D = rowsum(dO * O), LSE * log2(e)        (backward_rowwise_kernels.cuh)
+//   2. main kernel: dK, dV; dQ by fp32 atomics               (backward_dkdv_kernel.cuh)
+//   3. dQ: accumulator -> dq, or in deterministic mode a separate atomic-free dQ kernel
+//      (backward_dq_kernel.cuh)
+//   4. GQA with a split group: fixed-order sum of the dK/dV partials
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/stream_workspace.cuh"
 #include "cuda/sm80/api.hpp"
+#include "cuda/sm80/backward_config.cuh"
+#include "cuda/sm80/backward_dkdv_kernel.cuh"
+#include "cuda/sm80/backward_dq_kernel.cuh"
+#include "cuda/sm80/backward_params.cuh"
+#include "cuda/sm80/backward_rowwise_kernels.cuh"
+#include "cuda/sm80/backward_traits.cuh"
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm80 {
-template <class Element, int HeadDim>
-void run_backward(const detail::BackwardProblem&) {
-  throw Error(ErrorKind::unsupported, "backend", "an sm80 backward kernel", "not implemented yet");
+namespace backward_detail {
+
+inline int ceil_div(long long a, long long b) { return int((a + b - 1) / b); }
+
+inline BackwardParams make_params(const detail::BackwardProblem& problem) {
+  BackwardParams p;
+  p.q = problem.q;
+  p.k = problem.k;
+  p.v = problem.v;
+  p.out = problem.out;
+  p.dout = problem.dout;
+  p.dq = problem.dq;
+  p.dk = problem.dk;
+  p.dv = problem.dv;
+  p.lse = problem.lse;
+  p.cu_seqlens_q = problem.cu_seqlens_q;
+  p.cu_seqlens_k = problem.cu_seqlens_k;
+  p.batch = problem.batch;
+  p.heads_q = problem.heads_q;
+  p.heads_kv = problem.heads_kv;
+  p.seqlen_q = problem.seqlen_q;
+  p.seqlen_k = problem.seqlen_k;
+  p.scale = problem.scale;
+  p.softcap = problem.softcap;
+  p.window_left = problem.window_left;
+  p.window_right = problem.window_right;
+  p.dense_rows_q = std::int64_t(problem.batch) * problem.seqlen_q;
+  p.dense_rows_k = std::int64_t(problem.batch) * problem.seqlen_k;
+  return p;
 }
+
+// Launches `kernel` with `smem_bytes` of dynamic shared memory (raising the kernel's limit
+// where it exceeds the default 48 KB).
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+            const BackwardParams& p) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  if (smem_bytes > 48 * 1024)
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  FA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace backward_detail
+
+template <class Element, int HeadDim>
+void run_backward(const detail::BackwardProblem& problem) {
+  using namespace backward_detail;
+  using Main = DkDvTraits<Element, HeadDim>;
+  using DqOnly = DqTraits<Element, HeadDim>;
+  using Rows = RowwiseShape<HeadDim>;
+
+  if (problem.batch == 0) return;
+  if (problem.batch > 65535)
+    throw Error(ErrorKind::unsupported, "batch", "at most 65535 sequences on the sm80 backward",
+                std::to_string(problem.batch));
+  cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
+  int num_sms = 0, max_smem = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, problem.device_index));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, problem.device_index));
+  const int smem_needed = Main::kSmemBytes > DqOnly::kSmemBytes ? Main::kSmemBytes : DqOnly::kSmemBytes;
+  if (smem_needed > max_smem)
+    throw Error(ErrorKind::unsupported, "head_dim",
+                "a head dim whose sm80 backward tiles fit this GPU's shared memory (" +
+                    std::to_string(max_smem) + " bytes per block; head dim " + std::to_string(HeadDim) +
+                    " needs " + std::to_string(smem_needed) + ")",
+                std::to_string(HeadDim));
+
+  BackwardParams p = make_params(problem);
+  const int n_blocks = ceil_div(problem.seqlen_k, Main::kBlockN);
+  p.head_splits = choose_head_splits(problem.group_size(),
+                                     static_cast<long long>(n_blocks) * problem.heads_kv * problem.batch, num_sms);
+
+  // Workspace, freed in stream order once the kernels below have run.
+  WorkspacePlan plan;
+  const std::size_t stats_count = std::size_t(problem.heads_q) * p.dense_rows_q;
+  const std::size_t lse_at = plan.add<float>(stats_count);
+  const std::size_t delta_at = plan.add<float>(stats_count);
+  const std::size_t dq_count = std::size_t(p.dense_rows_q) * problem.heads_q * HeadDim;
+  const std::size_t dq_at = problem.deterministic ? 0 : plan.add<float>(dq_count);
+  const std::size_t partial_count = std::size_t(p.head_splits) * p.dense_rows_k * problem.heads_kv * HeadDim;
+  const bool split_group = p.head_splits > 1;
+  const std::size_t dk_partial_at = split_group ? plan.add<float>(partial_count) : 0;
+  const std::size_t dv_partial_at = split_group ? plan.add<float>(partial_count) : 0;
+  StreamWorkspace workspace(plan.bytes(), stream);
+  p.lse_log2 = workspace.at<float>(lse_at);
+  p.delta = workspace.at<float>(delta_at);
+  if (!problem.deterministic) {
+    p.dq_accum = workspace.at<float>(dq_at);
+    if (dq_count > 0) FA_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, dq_count * sizeof(float), stream));
+  }
+  if (split_group) {
+    p.dk_partial = workspace.at<float>(dk_partial_at);
+    p.dv_partial = workspace.at<float>(dv_partial_at);
+  }
+
+  const unsigned batch = unsigned(problem.batch);
+  const dim3 q_rows_grid(ceil_div(problem.seqlen_q, Rows::kRowsPerBlock), problem.heads_q, batch);
+  launch(backward_preprocess_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
+  launch(backward_dkdv_kernel<Main>, dim3(n_blocks, problem.heads_kv * p.head_splits, batch), Main::kThreads,
+         Main::kSmemBytes, stream, p);
+  if (problem.deterministic) {
+    launch(backward_dq_kernel<DqOnly>, dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch),
+           DqOnly::kThreads, DqOnly::kSmemBytes, stream, p);
+  } else {
+    launch(backward_dq_convert_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
+  }
+  if (split_group)
+    launch(backward_kv_reduce_kernel<Element, HeadDim>,
+           dim3(ceil_div(problem.seqlen_k, Rows::kRowsPerBlock), problem.heads_kv, batch), Rows::kThreads, 0,
+           stream, p);
+}
+
 }  // namespace flashattn::cuda::sm80

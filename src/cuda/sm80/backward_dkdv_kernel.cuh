@@ -1,0 +1,247 @@
+#pragma once
+// The main backward kernel (FlashAttention-2): one CTA per (key block, KV head [, query-head
+// chunk], sequence). It loads its K and V block once, then walks the query blocks that can see
+// it, for each query head of its chunk:
+//   S = Q K^T, dP = dO V^T            (registers)
+//   P, dS from S, dP, LSE and D       (backward_scores.cuh), stored to shared memory
+//   dV += P^T dO, dK += dS^T Q        (registers, for the whole walk)
+//   dQ += dS K                        (fp32 atomics into the workspace; skipped in
+//                                      deterministic mode, where backward_dq_kernel.cuh runs)
+// Q is double-buffered: the next block's Q loads during this block's math, dO once the dV
+// GEMM is done with it. At the end dK (scaled) and dV are written, or fp32 partials when the
+// query heads of a KV head are split over several CTAs.
+#include <cute/tensor.hpp>
+
+#include "cuda/common/fragment.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/mask_tiles.cuh"
+#include "cuda/common/sequence_rows.cuh"
+#include "cuda/sm80/backward_params.cuh"
+#include "cuda/sm80/backward_scores.cuh"
+#include "cuda/sm80/backward_tile_ops.cuh"
+#include "cuda/sm80/backward_traits.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  const int tid = threadIdx.x;
+  const int b = blockIdx.z;
+  const int kv_head = blockIdx.y / p.head_splits, split = blockIdx.y % p.head_splits;
+  const SequenceRows seq = sequence_rows(b, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  const int key0 = blockIdx.x * kBlockN;
+  if (key0 >= seq.len_k) return;  // a shorter sequence of a varlen batch
+  const int valid_keys = seq.len_k - key0;
+
+  // The query blocks that see this key block, for each query head of this CTA's chunk.
+  const QueryRows rows = rows_seeing_keys(seq.len_q, seq.len_k, p.window_left, p.window_right, key0,
+                                          min(key0 + kBlockN, seq.len_k));
+  const int m_first = rows.empty() ? 0 : rows.begin / kBlockM;
+  const int m_count = rows.empty() ? 0 : (rows.end + kBlockM - 1) / kBlockM - m_first;
+  const int heads_per_split = p.group_size() / p.head_splits;
+  const int head_first = kv_head * p.group_size() + split * heads_per_split;
+  const int steps = m_count * heads_per_split;
+  auto step_head = [&](int step) { return head_first + step / m_count; };
+  auto step_row0 = [&](int step) { return (m_first + step % m_count) * kBlockM; };
+
+  // A (rows x head_dim) tile of a (batch, seq, head, dim) operand.
+  auto row_tile = [&](const detail::SeqTensor& t, std::int64_t row, int head, auto tile_rows) {
+    Element* base = static_cast<Element*>(t.data) + b * t.batch_stride + row * t.seq_stride +
+                    std::int64_t(head) * t.head_stride;
+    return make_tensor(make_gmem_ptr(base),
+                       make_layout(make_shape(tile_rows, HeadDim{}), make_stride(t.seq_stride, _1{})));
+  };
+
+  // Shared memory.
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::LayoutQ{});     // (M, D, stage)
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::LayoutQt{});   // (D, M, stage)
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::LayoutdO{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::LayoutdOt{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::LayoutKV{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::LayoutKVt{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::LayoutKV{});
+  Tensor sP = make_tensor(make_smem_ptr(smem.p.data()), typename Traits::LayoutPdS{});
+  Tensor sPt = make_tensor(make_smem_ptr(smem.p.data()), typename Traits::LayoutPdSt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::LayoutPdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::LayoutPdSt{});
+
+  // Global -> shared loads (cp.async, rows beyond the sequence zero-filled).
+  typename Traits::GmemLoad gmem_load;
+  auto load_thr = gmem_load.get_thread_slice(tid);
+  Tensor load_coords_m = load_thr.partition_S(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+  Tensor load_coords_n = load_thr.partition_S(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  auto load_q = [&](int step, int stage) {
+    const int row0 = step_row0(step);
+    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.q, seq.row_q + row0, step_head(step), BlockM{})),
+                    load_thr.partition_D(sQ(_, _, stage)), load_coords_m, seq.len_q - row0);
+  };
+  auto load_dout = [&](int step) {
+    const int row0 = step_row0(step);
+    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.dout, seq.row_q + row0, step_head(step), BlockM{})),
+                    load_thr.partition_D(sdO), load_coords_m, seq.len_q - row0);
+  };
+
+  // The three warp arrangements and their ldmatrix copies (backward_config.cuh).
+  typename Traits::MmaSdP mma_sdp;
+  typename Traits::MmadKV mma_dkv;
+  typename Traits::MmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+
+  auto ldsm_sdp_a = make_tiled_copy_A(LdsmAtom<Element>{}, mma_sdp);
+  auto ldsm_sdp_b = make_tiled_copy_B(LdsmAtom<Element>{}, mma_sdp);
+  auto ldsm_dkv_a = make_tiled_copy_A(LdsmTransposedAtom<Element>{}, mma_dkv);
+  auto ldsm_dkv_b = make_tiled_copy_B(LdsmTransposedAtom<Element>{}, mma_dkv);
+  auto ldsm_dq_a = make_tiled_copy_A(LdsmAtom<Element>{}, mma_dq);
+  auto ldsm_dq_b = make_tiled_copy_B(LdsmTransposedAtom<Element>{}, mma_dq);
+
+  Tensor tSsQ = ldsm_sdp_a.get_thread_slice(tid).partition_S(sQ);     // (CPY, M, K, stage)
+  Tensor tdPsdO = ldsm_sdp_a.get_thread_slice(tid).partition_S(sdO);
+  Tensor tSsK = ldsm_sdp_b.get_thread_slice(tid).partition_S(sK);
+  Tensor tdPsV = ldsm_sdp_b.get_thread_slice(tid).partition_S(sV);
+  Tensor tdVsPt = ldsm_dkv_a.get_thread_slice(tid).partition_S(sPt);
+  Tensor tdKsdSt = ldsm_dkv_a.get_thread_slice(tid).partition_S(sdSt);
+  Tensor tdVsdOt = ldsm_dkv_b.get_thread_slice(tid).partition_S(sdOt);
+  Tensor tdKsQt = ldsm_dkv_b.get_thread_slice(tid).partition_S(sQt);  // (CPY, N, K, stage)
+  Tensor tdQsdS = ldsm_dq_a.get_thread_slice(tid).partition_S(sdS);
+  Tensor tdQsKt = ldsm_dq_b.get_thread_slice(tid).partition_S(sKt);
+
+  // Register fragments of the operands.
+  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ(_, _, 0));
+  Tensor tSrK = thr_sdp.partition_fragment_B(sK);
+  Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);
+  Tensor tdPrV = thr_sdp.partition_fragment_B(sV);
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+  Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt(_, _, 0));
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+  // P and dS: accumulators -> shared memory.
+  auto store_pds = make_tiled_copy_C(FragmentStoreAtom<Element>{}, mma_sdp);
+  auto store_pds_thr = store_pds.get_thread_slice(tid);
+  Tensor tPsP = store_pds_thr.partition_D(sP);
+  Tensor tdSsdS = store_pds_thr.partition_D(sdS);
+
+  // Tile-local (row, key) and (row, dim) coordinates of the accumulators.
+  Tensor s_coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{})));
+  Tensor dq_coords = rowcol_view(thr_dq.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{})));
+  constexpr int kRows = decltype(size<0>(s_coords))::value;
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  const ScoreTransform transform = ScoreTransform::make(p.scale, p.softcap);
+  const bool softcap = p.softcap > 0;
+  const bool accumulate_dq = p.dq_accum != nullptr;
+
+  if (steps > 0) {
+    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.k, seq.row_k + key0, kv_head, BlockN{})),
+                    load_thr.partition_D(sK), load_coords_n, valid_keys);
+    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.v, seq.row_k + key0, kv_head, BlockN{})),
+                    load_thr.partition_D(sV), load_coords_n, valid_keys);
+    load_q(0, 0);
+    load_dout(0);
+  }
+  cp_async_fence();
+
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
+    const int head = step_head(step);
+    const int row0 = step_row0(step);
+    const int valid_rows = seq.len_q - row0;
+    const std::int64_t stats_offset = std::int64_t(head) * p.dense_rows_q + seq.dense_q + row0;
+    float lse_log2[kRows], delta[kRows];
+    load_row_stats(lse_log2, delta, s_coords, p.lse_log2 + stats_offset, p.delta + stats_offset, valid_rows);
+
+    cp_async_wait<0>();
+    __syncthreads();  // Q, dO of this step landed; every warp is done with the previous step
+
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<BlockM, BlockN>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<BlockM, BlockN>{});
+    clear(acc_s);
+    clear(acc_dp);
+    gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, tSsQ(_, _, _, stage), tSsK, ldsm_sdp_a, ldsm_sdp_b);
+    gemm_smem(mma_sdp, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, ldsm_sdp_a, ldsm_sdp_b);
+
+    if (step + 1 < steps) load_q(step + 1, stage ^ 1);
+    cp_async_fence();
+
+    const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
+                              min(row0 + kBlockM, seq.len_q) - 1};
+    const bool masked = !tile_mask.tile_fully_visible(blockIdx.x, kBlockN);
+    Tensor s_rc = rowcol_view(acc_s);
+    Tensor dp_rc = rowcol_view(acc_dp);
+    scores_to_gradients(s_rc, dp_rc, s_coords, lse_log2, delta, transform, softcap, masked, tile_mask, key0);
+
+    copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), tPsP);
+    copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), tdSsdS);
+    __syncthreads();  // P, dS visible to every warp
+
+    gemm_smem(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, tdVsdOt, ldsm_dkv_a, ldsm_dkv_b);
+    __syncthreads();  // every warp is done with dO
+    if (step + 1 < steps) load_dout(step + 1);
+    cp_async_fence();
+
+    if (accumulate_dq) {
+      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+      clear(acc_dq);
+      gemm_smem(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, ldsm_dq_a, ldsm_dq_b);
+      float* dq_rows = p.dq_accum + ((seq.dense_q + row0) * p.heads_q + head) * std::int64_t(kHeadDim);
+      Tensor g_dq = make_tensor(make_gmem_ptr(dq_rows),
+                                make_layout(Shape<BlockM, HeadDim>{},
+                                            make_stride(std::int64_t(p.heads_q) * kHeadDim, _1{})));
+      atomic_add_rows(rowcol_view(acc_dq), rowcol_view(thr_dq.partition_C(g_dq)), dq_coords, valid_rows);
+    }
+    gemm_smem(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt(_, _, _, stage), ldsm_dkv_a, ldsm_dkv_b);
+  }
+
+  // Epilogue: dK = scale * sum dS^T Q; dV = sum P^T dO.
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= p.scale;
+  cp_async_wait<0>();
+  __syncthreads();  // K and V are no longer read: their shared memory stages dK and dV
+
+  if (p.head_splits == 1) {
+    auto store_frag = make_tiled_copy_C(FragmentStoreAtom<Element>{}, mma_dkv);
+    auto store_frag_thr = store_frag.get_thread_slice(tid);
+    Tensor sdK = sK;
+    Tensor sdV = sV;
+    copy(store_frag, store_frag_thr.retile_S(convert_fragment<Element>(acc_dk)), store_frag_thr.partition_D(sdK));
+    copy(store_frag, store_frag_thr.retile_S(convert_fragment<Element>(acc_dv)), store_frag_thr.partition_D(sdV));
+    __syncthreads();
+    typename Traits::GmemStore gmem_store;
+    auto store_thr = gmem_store.get_thread_slice(tid);
+    Tensor store_coords = store_thr.partition_S(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+    store_rows(gmem_store, store_thr.partition_S(sdK),
+               store_thr.partition_D(row_tile(p.dk, seq.row_k + key0, kv_head, BlockN{})), store_coords, valid_keys);
+    store_rows(gmem_store, store_thr.partition_S(sdV),
+               store_thr.partition_D(row_tile(p.dv, seq.row_k + key0, kv_head, BlockN{})), store_coords, valid_keys);
+  } else {
+    const std::int64_t row_stride = std::int64_t(p.heads_kv) * kHeadDim;
+    const std::int64_t offset = ((split * p.dense_rows_k + seq.dense_k + key0) * p.heads_kv + kv_head) * kHeadDim;
+    Tensor kv_coords = rowcol_view(thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{})));
+    auto partial_tile = [&](float* base) {
+      return rowcol_view(thr_dkv.partition_C(
+          make_tensor(make_gmem_ptr(base + offset), make_layout(Shape<BlockN, HeadDim>{}, make_stride(row_stride, _1{})))));
+    };
+    store_pairs(rowcol_view(acc_dk), partial_tile(p.dk_partial), kv_coords, valid_keys);
+    store_pairs(rowcol_view(acc_dv), partial_tile(p.dv_partial), kv_coords, valid_keys);
+  }
+}
+
+}  // namespace flashattn::cuda::sm80

@@ -1,0 +1,115 @@
+#pragma once
+// The backward's memory-bound row passes, around the main kernel:
+//   preprocess: D = rowsum(dO * O) in fp32 and LSE * log2(e), per query row, into the workspace;
+//   dq_convert: dq = scale * dQ accumulator, in the output dtype (non-deterministic mode);
+//   kv_reduce:  dk, dv = sum of the per-chunk fp32 partials in a fixed order (GQA split).
+// A row of head_dim elements is handled by a group of lanes, 8 elements (16 bytes) each.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+
+#include "cuda/common/sequence_rows.cuh"
+#include "cuda/sm80/backward_params.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+template <int HeadDim>
+struct RowwiseShape {
+  static constexpr int kThreads = 128;
+  static constexpr int kChunks = HeadDim / 8;  // 16-byte chunks of a 16-bit row
+  static constexpr int kLanesPerRow = kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+  static constexpr int kRowsPerBlock = kThreads / kLanesPerRow;
+  static_assert(HeadDim % 8 == 0 && kChunks <= 32, "head_dim must be a multiple of 8, at most 256");
+};
+
+template <class Element>
+__device__ __forceinline__ void store_16_bytes(Element* dst, const cutlass::Array<Element, 8>& values) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&values);
+}
+
+template <class Element, int HeadDim>
+__global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
+    backward_preprocess_kernel(const __grid_constant__ BackwardParams p) {
+  using Shape = RowwiseShape<HeadDim>;
+  const int head = blockIdx.y, b = blockIdx.z;
+  const SequenceRows seq = sequence_rows(b, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  if (int(blockIdx.x) * Shape::kRowsPerBlock >= seq.len_q) return;  // uniform per block
+  const int row = blockIdx.x * Shape::kRowsPerBlock + threadIdx.x / Shape::kLanesPerRow;
+  const int chunk = threadIdx.x % Shape::kLanesPerRow;
+  const bool valid_row = row < seq.len_q;
+
+  float dot = 0.0f;
+  if (valid_row && chunk < Shape::kChunks) {
+    auto at = [&](const detail::SeqTensor& t) {
+      return static_cast<const Element*>(t.data) + b * t.batch_stride + (seq.row_q + row) * t.seq_stride +
+             std::int64_t(head) * t.head_stride + chunk * 8;
+    };
+    const auto o = *reinterpret_cast<const cutlass::AlignedArray<Element, 8>*>(at(p.out));
+    const auto d = *reinterpret_cast<const cutlass::AlignedArray<Element, 8>*>(at(p.dout));
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 8; ++i) dot += float(o[i]) * float(d[i]);
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int offset = Shape::kLanesPerRow / 2; offset > 0; offset /= 2)
+    dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+
+  if (valid_row && chunk == 0) {
+    const std::int64_t index = std::int64_t(head) * p.dense_rows_q + seq.dense_q + row;
+    p.delta[index] = dot;
+    const float lse = p.lse.data[b * p.lse.batch_stride + head * p.lse.head_stride + seq.row_q + row];
+    // A row that sees no key has LSE -inf; +inf makes its P = exp2(x - LSE) exactly 0.
+    p.lse_log2[index] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+  }
+}
+
+template <class Element, int HeadDim>
+__global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
+    backward_dq_convert_kernel(const __grid_constant__ BackwardParams p) {
+  using Shape = RowwiseShape<HeadDim>;
+  const int head = blockIdx.y, b = blockIdx.z;
+  const SequenceRows seq = sequence_rows(b, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  const int row = blockIdx.x * Shape::kRowsPerBlock + threadIdx.x / Shape::kLanesPerRow;
+  const int chunk = threadIdx.x % Shape::kLanesPerRow;
+  if (row >= seq.len_q || chunk >= Shape::kChunks) return;
+
+  const float* acc = p.dq_accum + ((seq.dense_q + row) * p.heads_q + head) * std::int64_t(HeadDim) + chunk * 8;
+  cutlass::Array<float, 8> values = *reinterpret_cast<const cutlass::AlignedArray<float, 8>*>(acc);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 8; ++i) values[i] *= p.scale;
+  Element* dst = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + (seq.row_q + row) * p.dq.seq_stride +
+                 std::int64_t(head) * p.dq.head_stride + chunk * 8;
+  store_16_bytes(dst, cutlass::NumericArrayConverter<Element, float, 8>{}(values));
+}
+
+template <class Element, int HeadDim>
+__global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
+    backward_kv_reduce_kernel(const __grid_constant__ BackwardParams p) {
+  using Shape = RowwiseShape<HeadDim>;
+  const int kv_head = blockIdx.y, b = blockIdx.z;
+  const SequenceRows seq = sequence_rows(b, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  const int row = blockIdx.x * Shape::kRowsPerBlock + threadIdx.x / Shape::kLanesPerRow;
+  const int chunk = threadIdx.x % Shape::kLanesPerRow;
+  if (row >= seq.len_k || chunk >= Shape::kChunks) return;
+
+  const std::int64_t offset = ((seq.dense_k + row) * p.heads_kv + kv_head) * std::int64_t(HeadDim) + chunk * 8;
+  const std::int64_t split_stride = p.dense_rows_k * p.heads_kv * std::int64_t(HeadDim);
+  auto reduce_into = [&](const float* partial, const detail::SeqTensor& out) {
+    cutlass::Array<float, 8> sum;
+    sum.fill(0.0f);
+    for (int s = 0; s < p.head_splits; ++s) {  // fixed order: the same bits on every run
+      const auto part = *reinterpret_cast<const cutlass::AlignedArray<float, 8>*>(partial + s * split_stride + offset);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 8; ++i) sum[i] += part[i];
+    }
+    Element* dst = static_cast<Element*>(out.data) + b * out.batch_stride + (seq.row_k + row) * out.seq_stride +
+                   std::int64_t(kv_head) * out.head_stride + chunk * 8;
+    store_16_bytes(dst, cutlass::NumericArrayConverter<Element, float, 8>{}(sum));
+  };
+  reduce_into(p.dk_partial, p.dk);
+  reduce_into(p.dv_partial, p.dv);
+}
+
+}  // namespace flashattn::cuda::sm80
