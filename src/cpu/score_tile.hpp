@@ -2,7 +2,8 @@
 // Element-wise steps on a score tile, shared by the forward and the backward. The tile is
 // stored transposed, keys x queries (s[key * width + query]), so that every step on one key
 // runs along a row of queries in full vectors, and so that per-query quantities (row max,
-// LSE, D) are vectors too. `width` is the query block size, a multiple of simd::kLanes.
+// LSE, D) are vectors too. kRows, the query block size, is the tile's row length and a
+// multiple of simd::kLanes.
 #include <cmath>
 #include <cstdint>
 
@@ -47,7 +48,7 @@ template <int kRows>
 struct OnlineSoftmax {
   static_assert(kRows % simd::kLanes == 0);
   alignas(64) float max[kRows];    // running row max (-inf until a row sees a key)
-  alignas(64) float sum[kRows];    // running sum of exp2(score - max)
+  alignas(64) float sum[kRows];    // running sum of exp(score - max)
   alignas(64) float rescale[kRows];  // factor for the output rows after the last update
 
   void reset() {

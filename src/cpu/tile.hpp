@@ -16,7 +16,6 @@
 namespace flashattn::cpu {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
