@@ -26,7 +26,7 @@ inline void expect_forward_ok(const Case& c, DType dtype, DeviceKind device) {
   EXPECT_TRUE(r.all_written);
   EXPECT_TRUE(r.padding_untouched);
   EXPECT_TRUE(r.masked_rows_ok);
-  EXPECT_LE(r.out_error, tolerance(r.out_baseline, dtype));
+  EXPECT_LE(r.out_error, tolerance(r.out_baseline, dtype, c));
   EXPECT_LE(r.lse_error, dtype == DType::f32 ? 1e-5 : 1e-3);
 }
 
@@ -37,9 +37,9 @@ inline void expect_backward_ok(const Case& c, DType dtype, DeviceKind device, bo
   SCOPED_TRACE(r.describe());
   EXPECT_TRUE(r.all_written);
   EXPECT_TRUE(r.padding_untouched);
-  EXPECT_LE(r.dq_error, tolerance(r.dq_baseline, dtype));
-  EXPECT_LE(r.dk_error, tolerance(r.dk_baseline, dtype));
-  EXPECT_LE(r.dv_error, tolerance(r.dv_baseline, dtype));
+  EXPECT_LE(r.dq_error, tolerance(r.dq_baseline, dtype, c));
+  EXPECT_LE(r.dk_error, tolerance(r.dk_baseline, dtype, c));
+  EXPECT_LE(r.dv_error, tolerance(r.dv_baseline, dtype, c));
 }
 
 }  // namespace flashattn::testing

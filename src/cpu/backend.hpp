@@ -12,9 +12,10 @@ void forward(const detail::ForwardProblem& problem);
 void backward(const detail::BackwardProblem& problem);
 
 // Float64 reference in plain loops (for tests and the command line's checks).
-// With `round_to` set it becomes a same-precision baseline: the probabilities P (and in the
-// backward dP and dS) and the results are rounded to that dtype, as an attention computed in
-// that precision would; tests use its error to set their tolerance.
+// With `round_to` set it becomes a same-precision baseline, an attention computed in that
+// precision with float accumulation: the dot products QK^T and dO V^T accumulate in float, and
+// P (in the backward also dP and dS) and the results are rounded to that dtype. Tests use its
+// error to set their tolerance.
 void reference_forward(const detail::ForwardProblem& problem,
                        std::optional<DType> round_to = std::nullopt);
 void reference_backward(const detail::BackwardProblem& problem,

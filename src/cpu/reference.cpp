@@ -26,8 +26,9 @@ double rounded(double x, std::optional<DType> dtype) {
 
 // Scores of one query row against every key, as the forward defines them (masked: -inf).
 // `tanh_out` receives tanh(raw * scale / softcap) for the backward (softcap only).
+// The same-precision baseline (round_to set) accumulates the dot products in float.
 void scores_row(const Problem& p, int b, const Sequence& s, int h, int i, std::vector<double>& score,
-                std::vector<double>& tanh_out) {
+                std::vector<double>& tanh_out, std::optional<DType> round_to) {
   const int hk = h / p.group_size();
   const auto range = detail::visible_keys(i, s.rows_q, s.rows_k, p.window_left, p.window_right);
   const std::int64_t qi = row_index(p.q, b, s.offset_q, i, h);
@@ -36,7 +37,13 @@ void scores_row(const Problem& p, int b, const Sequence& s, int h, int i, std::v
   for (int j = range.begin; j < range.end; ++j) {
     const std::int64_t kj = row_index(p.k, b, s.offset_k, j, hk);
     double dot = 0;
-    for (int d = 0; d < p.head_dim; ++d) dot += double(load(p.dtype, p.q.data, qi + d)) * load(p.dtype, p.k.data, kj + d);
+    if (round_to) {  // the baseline accumulates in float, as tensor cores and fp32 code do
+      float acc = 0;
+      for (int d = 0; d < p.head_dim; ++d) acc += load(p.dtype, p.q.data, qi + d) * load(p.dtype, p.k.data, kj + d);
+      dot = acc;
+    } else {
+      for (int d = 0; d < p.head_dim; ++d) dot += double(load(p.dtype, p.q.data, qi + d)) * load(p.dtype, p.k.data, kj + d);
+    }
     double x = dot * p.scale;
     if (p.softcap > 0) {
       tanh_out[j] = std::tanh(x / p.softcap);
@@ -60,6 +67,18 @@ double softmax_row(std::vector<double>& score, std::optional<DType> round_to) {
   return m + std::log(sum);
 }
 
+// The backward's P: the baseline recomputes it as exp(s - LSE) from an LSE stored in float,
+// as the FlashAttention backward does; the exact reference normalizes directly.
+void backward_probabilities(std::vector<double>& score, std::optional<DType> round_to) {
+  if (!round_to) {
+    softmax_row(score, round_to);
+    return;
+  }
+  std::vector<double> exact = score;
+  const float stored_lse = float(softmax_row(exact, std::nullopt));
+  for (double& x : score) x = x == kNegInf ? 0.0 : rounded(std::exp(x - double(stored_lse)), round_to);
+}
+
 // Runs fn(b, h) for every (batch, head) pair, in parallel.
 template <class Fn>
 void for_each_batch_head(int batch, int heads, Fn&& fn) {
@@ -76,7 +95,7 @@ void reference_forward(const detail::ForwardProblem& p, std::optional<DType> rou
     const int hk = h / p.group_size();
     std::vector<double> prob, tanh_unused, acc(p.head_dim);
     for (int i = 0; i < s.rows_q; ++i) {
-      scores_row(p, b, s, h, i, prob, tanh_unused);
+      scores_row(p, b, s, h, i, prob, tanh_unused, round_to);
       const double lse = softmax_row(prob, round_to);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int j = 0; j < s.rows_k; ++j) {
@@ -100,8 +119,8 @@ void reference_backward(const detail::BackwardProblem& p, std::optional<DType> r
     std::vector<double> dk(std::size_t(s.rows_k) * D, 0.0), dv(std::size_t(s.rows_k) * D, 0.0);
     for (int h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
       for (int i = 0; i < s.rows_q; ++i) {
-        scores_row(p, b, s, h, i, prob, th);
-        softmax_row(prob, round_to);
+        scores_row(p, b, s, h, i, prob, th, round_to);
+        backward_probabilities(prob, round_to);
         const std::int64_t qi = row_index(p.q, b, s.offset_q, i, h);
         const std::int64_t doi = row_index(p.dout, b, s.offset_q, i, h);
         // O recomputed, dP_j = dO . V_j, then D_i = dO_i . O_i.
@@ -111,12 +130,14 @@ void reference_backward(const detail::BackwardProblem& p, std::optional<DType> r
           if (prob[j] == 0) continue;
           const std::int64_t vj = row_index(p.v, b, s.offset_k, j, hk);
           double dot = 0;
+          float dot_f = 0;  // the baseline's float accumulation
           for (int d = 0; d < D; ++d) {
             const double vv = load(p.dtype, p.v.data, vj + d);
             o[d] += prob[j] * vv;
             dot += double(load(p.dtype, p.dout.data, doi + d)) * vv;
+            dot_f += load(p.dtype, p.dout.data, doi + d) * float(vv);
           }
-          dp[j] = rounded(dot, round_to);
+          dp[j] = round_to ? rounded(dot_f, round_to) : dot;
         }
         double delta = 0;
         for (int d = 0; d < D; ++d) delta += rounded(o[d], round_to) * load(p.dtype, p.dout.data, doi + d);

@@ -40,7 +40,9 @@ bool backward_is_reproducible(const Case& c, DType dtype, DeviceKind device, std
                               bool deterministic);
 
 // The tolerance rule: at most twice the same-precision baseline's error, plus a floor that
-// covers rounding-only differences (and cases whose reference is exactly zero).
-double tolerance(double baseline, DType dtype);
+// covers rounding-only differences (and cases whose reference is exactly zero). The floor
+// grows with the scores' size (magnitude^2 * sqrt(head_dim)): float accumulation of scores in
+// the thousands leaves errors in P that the baseline's summation order need not reproduce.
+double tolerance(double baseline, DType dtype, const Case& c);
 
 }  // namespace flashattn::testing
