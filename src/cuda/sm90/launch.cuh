@@ -1,11 +1,11 @@
 #pragma once
-// Placeholder until the sm90 forward lands.
+// The sm90 family's entry points, included by the generated instance files.
+//
+// wgmma shapes with N not a power-of-two multiple of 16 (80, 112, ...) must be enabled before
+// the first CuTe header: without them CuTe splits such a key block into 64x16x16 instructions,
+// several times slower (forward_traits.cuh asserts the shapes it gets).
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
 #include "cuda/sm90/api.hpp"
-#include "flashattn/error.hpp"
-
-namespace flashattn::cuda::sm90 {
-template <class Element, int HeadDim>
-void run_forward(const detail::ForwardProblem&) {
-  throw Error(ErrorKind::unsupported, "backend", "an sm90 forward kernel", "not implemented yet");
-}
-}  // namespace flashattn::cuda::sm90
+#include "cuda/sm90/forward_launch.cuh"

@@ -1,0 +1,58 @@
+#pragma once
+// The order in which a persistent forward kernel (at most one CTA per SM) takes its
+// (query block, head, batch) tiles. Each CTA starts with tile blockIdx.x and then takes the next
+// unclaimed index from a global counter when it runs out of work, so the order below is also the
+// order of execution, and no CTA idles while another has a queue.
+//
+// Order: (batch, head) pairs are cut into sections whose K/V fit in a share of L2; within a
+// section the longest query blocks come first (the last ones under a causal mask, whose
+// diagonal is bottom-right aligned), then the heads of the section. So the CTAs that run
+// together read the K/V of few heads (L2 reuse, also across the query heads of a GQA group,
+// which are adjacent), and under a causal mask the long tiles start first and the short ones
+// fill the tail.
+#include "common/host_device.hpp"
+
+namespace flashattn::cuda {
+
+struct TileCoord {
+  int m_block, head, batch;
+};
+
+struct PersistentTileScheduler {
+  int num_m_blocks = 0;
+  int heads = 0;
+  int batch = 0;
+  int section_heads = 1;  // (batch, head) pairs per section
+
+  FA_HOST_DEVICE int num_tiles() const { return num_m_blocks * heads * batch; }
+
+  FA_HOST_DEVICE TileCoord tile(int index) const {
+    const int per_section = num_m_blocks * section_heads;
+    const int section = index / per_section;
+    const int in_section = index - section * per_section;
+    const int pairs = heads * batch;
+    const int first_pair = section * section_heads;
+    const int section_pairs = pairs - first_pair < section_heads ? pairs - first_pair : section_heads;
+    const int m_rank = in_section / section_pairs;
+    const int pair = first_pair + (in_section - m_rank * section_pairs);
+    return {num_m_blocks - 1 - m_rank, pair % heads, pair / heads};
+  }
+
+  // kv_bytes_per_head: K and V bytes that one query head reads (shared by a GQA group, so
+  // divided by the group size); l2_bytes: the device's L2.
+  static PersistentTileScheduler make(int num_m_blocks, int heads, int batch,
+                                      long long kv_bytes_per_head, long long l2_bytes) {
+    PersistentTileScheduler s;
+    s.num_m_blocks = num_m_blocks;
+    s.heads = heads;
+    s.batch = batch;
+    const long long budget = l2_bytes / 2;  // leave room for Q, O and other traffic
+    long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
+    if (per_section < 1) per_section = 1;
+    if (per_section > (long long)heads * batch) per_section = (long long)heads * batch;
+    s.section_heads = int(per_section);
+    return s;
+  }
+};
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,187 @@
+#pragma once
+// The consumer warpgroups of the sm90 forward: per tile, S = Q K^T (both operands in shared
+// memory), the online softmax in registers, O += P V (P from registers), then the epilogue.
+//
+// Two overlaps hide the softmax under tensor-core work:
+//  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
+//    finished with (blocks run last to first), and the rescale of O runs while it computes;
+//  - ping-pong between the two warpgroups: each issues its GEMMs only in its turn (named
+//    barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/common/device_math.cuh"
+#include "cuda/common/fragment.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/sm90/forward_epilogue.cuh"
+#include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_tile.cuh"
+#include "cuda/sm90/gmma_fragment.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// Turn-taking of the consumer warpgroups around their GEMM issue.
+template <int kWarpGroups>
+struct PingPong {
+  int warp_group;  // 0 .. kWarpGroups - 1
+  static constexpr int kThreads = 2 * 128;
+
+  // The first warpgroup goes first: the others open its barrier once.
+  CUTE_DEVICE void start() const {
+    if (warp_group == 1) cutlass::arch::NamedBarrier::arrive(kThreads, kBarrierWarpGroup0);
+  }
+  CUTE_DEVICE void wait_turn() const {
+    cutlass::arch::NamedBarrier::sync(kThreads, kBarrierWarpGroup0 + warp_group);
+  }
+  CUTE_DEVICE void pass_turn() const {
+    cutlass::arch::NamedBarrier::arrive(kThreads, kBarrierWarpGroup0 + (warp_group + 1) % kWarpGroups);
+  }
+};
+
+template <class Traits, class Softmax>
+CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                               typename Traits::PipelineK& pipeline_k,
+                               typename Traits::PipelineV& pipeline_v,
+                               typename Traits::PipelineTile& pipeline_tile, int thread, int warp_group) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockN = Traits::kBlockN;
+  static_assert(Traits::kConsumerWarpGroups == 2, "ping-pong between two consumer warpgroups");
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thread_qk = mma_qk.get_thread_slice(thread);
+  auto thread_pv = mma_pv.get_thread_slice(thread);
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+  Tensor tSrQ = thread_qk.partition_fragment_A(sQ);   // descriptors
+  Tensor tSrK = thread_qk.partition_fragment_B(sK);   // (.., stage)
+  Tensor tOrV = thread_pv.partition_fragment_B(sVt);  // (.., stage)
+
+  Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));
+  Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
+  Tensor tOrP = make_tensor<Element>(gmma_accumulator_as_a_layout(tSrS.layout()));
+  Tensor scores = gmma_rowcol(tSrS);
+  Tensor out = gmma_rowcol(tOrO);
+  // (row, key) of every score and (row, dim) of every output element within the tile.
+  Tensor score_coords = gmma_rowcol(thread_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapeQK{}))));
+  Tensor out_coords = gmma_rowcol(thread_pv.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapePV{}))));
+  constexpr int kRows = decltype(size<0>(scores))::value;
+
+  auto state_k = typename Traits::PipelineK::PipelineState{};
+  auto state_v = typename Traits::PipelineV::PipelineState{};
+  const PingPong<Traits::kConsumerWarpGroups> turns{warp_group};
+  turns.start();
+  Softmax softmax(p.scale_log2);
+  int q_phase = 0;
+  const int num_tiles = p.scheduler.num_tiles();
+
+  typename Traits::PipelineTile::PipelineState state_tile;
+
+  for (;;) {
+    pipeline_tile.consumer_wait(state_tile);
+    const int index = smem.tile_slot[state_tile.index()];
+    pipeline_tile.consumer_release(state_tile);
+    ++state_tile;
+    if (index >= num_tiles) break;
+    // What the mainloop needs of the tile, so that its full description need not stay live.
+    KeyTileRange blocks;
+    int unmasked_begin, unmasked_end;  // keys that every row of the tile sees
+    detail::KeyRange row_keys[kRows];
+    {
+      const TileWork w = plan_tile(p, index);
+      if (w.rows <= 0) continue;
+      if (w.key_blocks.empty()) {
+        ForwardEpilogue<Traits>::store_empty(p, w, thread);
+        continue;
+      }
+      blocks = w.key_blocks;
+      unmasked_begin = w.mask.row_keys(w.mask.last_row).begin;
+      unmasked_end = w.mask.row_keys(w.mask.first_row).end;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) row_keys[r] = w.mask.row_keys(w.row0 + get<0>(score_coords(r, 0)));
+    }
+
+    // Raw q.k -> logits, then the mask where some row of the tile does not see every key of
+    // the block.
+    auto to_logits = [&](int block) {
+      if (p.transform == ScoreTransform::softcap) {
+#pragma unroll
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = accurate_tanh(tSrS(i) * p.softcap_input);
+      } else if (p.transform == ScoreTransform::negate) {
+#pragma unroll
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = -tSrS(i);
+      }
+      const int key0 = block * kBlockN;
+      if (key0 < unmasked_begin || key0 + kBlockN > unmasked_end)
+        mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
+    };
+    // P in the dtype of V, same registers order as S (tOrP only views them as an A operand).
+    auto to_probabilities = [&]() {
+      constexpr int kSize = decltype(size(tSrS))::value;
+      cutlass::NumericArrayConverter<Element, float, kSize> convert;
+      *reinterpret_cast<cutlass::Array<Element, kSize>*>(tOrP.data()) =
+          convert(*reinterpret_cast<cutlass::Array<float, kSize> const*>(tSrS.data()));
+    };
+
+    softmax.reset();
+    clear(tOrO);
+    smem.q_full.wait(q_phase);
+    q_phase ^= 1;
+
+    // Last key block: S only.
+    int block = blocks.end - 1;
+    pipeline_k.consumer_wait(state_k);
+    turns.wait_turn();
+    warpgroup_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+    turns.pass_turn();
+    warpgroup_wait<0>();
+    pipeline_k.consumer_release(state_k);
+    ++state_k;
+    to_logits(block);
+    auto correction = softmax.template step<true>(scores);
+    to_probabilities();
+
+    // Middle blocks: S of block j - 1 computes while O is rescaled for, and then accumulates,
+    // P_j V_j.
+    for (--block; block >= blocks.begin; --block) {
+      pipeline_k.consumer_wait(state_k);
+      turns.wait_turn();
+      warpgroup_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+      Softmax::rescale(out, correction);
+      pipeline_v.consumer_wait(state_v);
+      warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+      turns.pass_turn();
+      warpgroup_wait<1>();  // S done; P.V may still run
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+      to_logits(block);
+      correction = softmax.template step<false>(scores);
+      warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
+      pipeline_v.consumer_release(state_v);
+      ++state_v;
+      to_probabilities();
+    }
+    if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of the tile is complete
+      cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp, kBarrierQueryEmpty);
+
+    // First key block: P.V only.
+    Softmax::rescale(out, correction);
+    pipeline_v.consumer_wait(state_v);
+    turns.wait_turn();
+    warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+    turns.pass_turn();
+    warpgroup_wait<0>();
+    pipeline_v.consumer_release(state_v);
+    ++state_v;
+
+    float lse[kRows];
+    softmax.finalize(out, p.logit_scale, lse);
+    ForwardEpilogue<Traits>::store(p, smem, plan_tile(p, index), tOrO, out_coords, lse, thread);
+  }
+  if (thread == 0) tma_store_wait<0>();  // shared memory must outlive the last store
+}
+
+}  // namespace flashattn::cuda::sm90

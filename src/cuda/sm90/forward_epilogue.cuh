@@ -1,0 +1,109 @@
+#pragma once
+// Epilogue of the sm90 forward: the normalized output tile goes registers -> shared memory
+// (stmatrix) -> global memory, by one TMA store for fixed-length batches (TMA clips the rows
+// past seqlen_q) and by 16-byte stores limited to the sequence's rows for variable length (the
+// packed tensor continues with the next sequence). The LSE goes straight from registers.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_tile.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class Traits>
+struct ForwardEpilogue {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kThreads = Traits::kConsumerThreads;
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
+
+  CUTE_DEVICE static Element* smem_output(typename Traits::SharedStorage& smem) {
+    if constexpr (Traits::kOutputInQueryTile)
+      return smem.q.data();
+    else
+      return smem.o.data();
+  }
+
+  CUTE_DEVICE static Element* output_rows(ForwardParams<Traits> const& p, TileWork const& w) {
+    return static_cast<Element*>(p.out) + w.coord.batch * p.out_batch_stride +
+           std::int64_t(w.seq.row_q + w.row0) * p.out_seq_stride + w.coord.head * p.out_head_stride;
+  }
+
+  CUTE_DEVICE static float* lse_rows(ForwardParams<Traits> const& p, TileWork const& w) {
+    return p.lse + w.coord.batch * p.lse_batch_stride + w.coord.head * p.lse_head_stride +
+           w.seq.row_q + w.row0;
+  }
+
+  // tOrO: this thread's fp32 output fragment (already normalized); lse: its rows' LSE;
+  // coords: (row, col) of each fragment element within the tile (row-column view).
+  template <class FragO, class Coords, int kRows>
+  CUTE_DEVICE static void store(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                                TileWork const& w, FragO const& tOrO, Coords const& coords,
+                                const float (&lse)[kRows], int thread) {
+    using namespace cute;
+    if (p.lse != nullptr && thread % 4 == 0) {  // the quad's first lane holds the row
+      float* out_lse = lse_rows(p, w);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int row = get<0>(coords(r, 0));
+        if (row < w.rows) out_lse[row] = lse[r];
+      }
+    }
+
+    Tensor sO = make_tensor(make_smem_ptr(smem_output(smem)), typename Traits::SmemLayoutO{});
+    auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::TiledMmaPV{});
+    auto thread_copy = smem_copy.get_thread_slice(thread);
+    Tensor converted = convert_fragment<Element>(tOrO);
+    Tensor src = thread_copy.retile_S(converted);
+    Tensor dst = thread_copy.partition_D(sO);
+
+    // The previous tile's store must have finished reading the shared tile.
+    if (thread == 0) tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(kThreads, kBarrierEpilogue);
+    copy(smem_copy, src, dst);
+    cutlass::arch::fence_view_async_shared();  // make the stores visible to the TMA unit
+    cutlass::arch::NamedBarrier::sync(kThreads, kBarrierEpilogue);
+
+    if (p.cu_seqlens_q == nullptr) {
+      if (thread == 0) {
+        Tensor mO = p.tma_o.get_tma_tensor(p.shape_o);
+        Tensor gO = local_tile(mO(_, _, w.coord.head, w.coord.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                               make_coord(w.coord.m_block, _0{}));
+        auto tma_o = p.tma_o.get_slice(_0{});
+        copy(p.tma_o, tma_o.partition_S(sO), tma_o.partition_D(gO));
+        tma_store_arrive();
+      }
+    } else {
+      Element* out = output_rows(p, w);
+      for (int i = thread; i < w.rows * kChunksPerRow; i += kThreads) {
+        const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+        *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) =
+            *reinterpret_cast<const uint4*>(&sO(row, col));
+      }
+    }
+
+    if constexpr (Traits::kOutputInQueryTile) {
+      // The output shares Q's memory: the producer may load the next Q once it is read.
+      if (thread == 0) tma_store_wait<0>();
+      cutlass::arch::NamedBarrier::arrive(kThreads + cutlass::NumThreadsPerWarp, kBarrierQueryEmpty);
+    }
+  }
+
+  // A tile whose rows see no key: output 0 and LSE -inf, written directly (no shared memory:
+  // the producer skipped the tile and may be filling Q's memory for the next one).
+  CUTE_DEVICE static void store_empty(ForwardParams<Traits> const& p, TileWork const& w, int thread) {
+    Element* out = output_rows(p, w);
+    for (int i = thread; i < w.rows * kChunksPerRow; i += kThreads) {
+      const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+      *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) = make_uint4(0, 0, 0, 0);
+    }
+    if (p.lse != nullptr) {
+      float* out_lse = lse_rows(p, w);
+      for (int row = thread; row < w.rows; row += kThreads) out_lse[row] = -INFINITY;
+    }
+  }
+};
+
+}  // namespace flashattn::cuda::sm90

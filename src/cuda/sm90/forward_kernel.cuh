@@ -1,0 +1,67 @@
+#pragma once
+// The sm90 forward kernel: sets up shared memory and barriers, then splits into the producer
+// warpgroup (TMA loads, few registers) and the consumer warpgroups (wgmma and softmax, many
+// registers). Persistent: each CTA runs tiles until none is left; the producer claims them
+// (common/tile_scheduler.cuh) and passes their indices on to the consumers.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "cuda/sm90/forward_consumer.cuh"
+#include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_producer.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class Traits, class Softmax>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    forward_kernel(const __grid_constant__ ForwardParams<Traits> params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace cute;
+  extern __shared__ __align__(1024) char smem_bytes[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_bytes);
+
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warp_group = cutlass::canonical_warp_group_idx();
+  const bool producer_warp = warp == 0;
+  const bool leader = producer_warp && cutlass::canonical_lane_idx() == 0;  // issues TMA
+
+  if (leader) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
+    smem.q_full.init(1);
+  }
+
+  using PipelineK = typename Traits::PipelineK;
+  using PipelineV = typename Traits::PipelineV;
+  typename PipelineK::Params pipeline_params;
+  pipeline_params.role = warp_group == 0 ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
+  pipeline_params.is_leader = leader;
+  pipeline_params.num_consumers = Traits::kConsumerThreads;
+  pipeline_params.transaction_bytes = Traits::kKeyBytes;
+  PipelineK pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+  PipelineV pipeline_v(smem.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+  using PipelineTile = typename Traits::PipelineTile;
+  typename PipelineTile::Params tile_params;
+  tile_params.role = warp_group == 0 ? PipelineTile::ThreadCategory::Producer : PipelineTile::ThreadCategory::Consumer;
+  tile_params.producer_arv_count = 1;
+  tile_params.consumer_arv_count = Traits::kConsumerThreads;
+  tile_params.dst_blockid = 0;
+  PipelineTile pipeline_tile(smem.pipeline_tile, tile_params);
+  __syncthreads();  // barriers initialized before anyone waits on them
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    if (producer_warp) run_producer(params, smem, pipeline_k, pipeline_v, pipeline_tile, leader);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+    run_consumers<Traits, Softmax>(params, smem, pipeline_k, pipeline_v, pipeline_tile,
+                                   int(threadIdx.x) - 128, warp_group - 1);
+  }
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

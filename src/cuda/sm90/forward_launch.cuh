@@ -1,0 +1,156 @@
+#pragma once
+// Host side of the sm90 forward: TMA descriptors from the problem's strides, kernel
+// parameters, and a persistent launch on the problem's stream (no synchronization).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/online_softmax_deferred.cuh"
+#include "cuda/sm90/api.hpp"
+#include "cuda/sm90/forward_kernel.cuh"
+#include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_traits.cuh"
+#include "flashattn/error.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+// The softmax variants (FlashAttention-4's options, see common/online_softmax_deferred.cuh).
+// kSoftmaxDefault is what the library runs; builds with FLASHATTN_SM90_SOFTMAX_EXPERIMENT
+// also contain the others, chosen by FLASHATTN_SM90_SOFTMAX=0..3 (bit 0: cubic exp2 for every
+// 4th probability; bit 1: lazy rescale), to measure them side by side.
+#ifndef FLASHATTN_SM90_SOFTMAX_DEFAULT
+#define FLASHATTN_SM90_SOFTMAX_DEFAULT 0
+#endif
+constexpr int kSoftmaxDefault = FLASHATTN_SM90_SOFTMAX_DEFAULT;
+template <int kVariant>
+using ForwardSoftmax = DeferredOnlineSoftmax<2, (kVariant & 1) ? 4 : 0, (kVariant & 2) != 0>;
+
+// A TMA view of one (rows, heads, dim) operand: (rows, dim, heads, batch). Strides of
+// single-entry modes are never followed; they are replaced by a harmless aligned value since
+// TMA requires every stride to be a multiple of 16 bytes.
+template <class Traits, class Pointer>
+auto tma_view(Pointer data, std::int64_t rows, int heads, int batch, const detail::SeqTensor& t) {
+  using namespace cute;
+  const std::int64_t any = Traits::kHeadDim;
+  auto pick = [&](std::int64_t stride, std::int64_t extent) { return extent > 1 ? stride : any; };
+  const int rows_tma = int(std::max<std::int64_t>(rows, 1));
+  auto layout = make_layout(make_shape(rows_tma, Int<Traits::kHeadDim>{}, std::max(heads, 1), std::max(batch, 1)),
+                            make_stride(pick(t.seq_stride, rows), _1{}, pick(t.head_stride, heads),
+                                        pick(t.batch_stride, batch)));
+  return make_tensor(make_gmem_ptr(data), layout);
+}
+
+template <class Traits>
+ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr float kLog2e = 1.4426950408889634f;
+  ForwardParams<Traits> f{};
+
+  const bool varlen = p.is_varlen();
+  const std::int64_t rows_q = varlen ? p.total_q : p.seqlen_q;
+  const std::int64_t rows_k = varlen ? p.total_k : p.seqlen_k;
+  const int batch = varlen ? 1 : p.batch;
+  // Tensors with no elements may have no storage; TMA still wants a valid address (never read).
+  const void* k_data = p.k.data ? p.k.data : p.q.data;
+  const void* v_data = p.v.data ? p.v.data : p.q.data;
+
+  auto q = tma_view<Traits>(static_cast<const Element*>(p.q.data), rows_q, p.heads_q, batch, p.q);
+  auto k = tma_view<Traits>(static_cast<const Element*>(k_data), rows_k, p.heads_kv, batch, p.k);
+  auto v = tma_view<Traits>(static_cast<const Element*>(v_data), rows_k, p.heads_kv, batch, p.v);
+  auto o = tma_view<Traits>(static_cast<Element*>(p.out.data), rows_q, p.heads_q, batch, p.out);
+  f.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
+                          Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
+  f.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
+                          Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
+  f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
+                          Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
+  f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{},
+                          Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
+  f.shape_q = q.shape();
+  f.shape_k = k.shape();
+  f.shape_o = o.shape();
+
+  f.out = p.out.data;
+  f.out_batch_stride = p.out.batch_stride;
+  f.out_seq_stride = p.out.seq_stride;
+  f.out_head_stride = p.out.head_stride;
+  f.lse = p.lse.data;
+  f.lse_batch_stride = p.lse.batch_stride;
+  f.lse_head_stride = p.lse.head_stride;
+
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.seqlen_q = p.seqlen_q;
+  f.seqlen_k = p.seqlen_k;
+  f.group = p.group_size();
+  f.window_left = p.window_left;
+  f.window_right = p.window_right;
+
+  if (p.softcap > 0.f) {
+    f.transform = ScoreTransform::softcap;
+    f.softcap_input = p.scale / p.softcap;
+    f.logit_scale = p.softcap;
+  } else {
+    f.transform = p.scale < 0.f ? ScoreTransform::negate : ScoreTransform::none;
+    f.logit_scale = std::fabs(p.scale);
+  }
+  // A zero scale makes every visible key equally likely; a tiny positive one keeps the max
+  // arithmetic (and masked keys at exactly 0) intact.
+  f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
+
+  const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const long long kv_bytes = 2LL * p.seqlen_k * Traits::kHeadDim * sizeof(Element) / p.group_size();
+  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes);
+  (void)sm_count;
+  return f;
+}
+
+template <class Traits, int kVariant>
+void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
+  ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
+  const long long tiles = (long long)params.scheduler.num_m_blocks * p.heads_q * p.batch;
+  if (tiles <= 0) return;
+  if (tiles > 0x7fffffffLL - sm_count)
+    throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 tiles of 128 rows",
+                std::to_string(tiles));
+  auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>>;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  // The tile counter lives in stream-ordered memory: zeroed, used and freed in stream order, so
+  // concurrent calls on other streams have their own.
+  FA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&params.tile_counter), sizeof(int), stream));
+  FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream));
+  const int grid = int(std::min<long long>(tiles, sm_count));
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  const cudaError_t launched = cudaGetLastError();
+  FA_CUDA_CHECK(cudaFreeAsync(params.tile_counter, stream));
+  FA_CUDA_CHECK(launched);
+}
+
+template <class Element, int HeadDim>
+void run_forward(const detail::ForwardProblem& p) {
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
+  using Traits = ForwardTraits<Element, HeadDim>;
+  int sm_count = 0, l2_bytes = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, p.device_index));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, p.device_index));
+#ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
+  const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
+  switch (env ? std::atoi(env) : kSoftmaxDefault) {
+    case 1: return launch_forward<Traits, 1>(p, sm_count, l2_bytes);
+    case 2: return launch_forward<Traits, 2>(p, sm_count, l2_bytes);
+    case 3: return launch_forward<Traits, 3>(p, sm_count, l2_bytes);
+    default: return launch_forward<Traits, 0>(p, sm_count, l2_bytes);
+  }
+#else
+  launch_forward<Traits, kSoftmaxDefault>(p, sm_count, l2_bytes);
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,50 @@
+#pragma once
+// Kernel parameters of the sm90 forward, passed by value as a __grid_constant__ (the TMA
+// descriptors must live in parameter memory).
+#include <cstdint>
+
+#include "cuda/common/tile_scheduler.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// How raw q.k products become logits (the units the running max is taken in).
+enum class ScoreTransform : int {
+  none,     // logit = q.k (scale > 0: folded into scale_log2)
+  negate,   // logit = -q.k (scale < 0)
+  softcap,  // logit = tanh(q.k * softcap_input); score = softcap * logit
+};
+
+template <class Traits>
+struct ForwardParams {
+  typename Traits::TmaLoadQ tma_q;
+  typename Traits::TmaLoadK tma_k;
+  typename Traits::TmaLoadV tma_v;
+  typename Traits::TmaStoreO tma_o;
+  // (rows, head dim, heads, batch) extents the TMA tensors were built with.
+  typename Traits::GmemShape shape_q, shape_k, shape_o;
+
+  // Output, also written directly (variable length, empty tiles): element (row, h) of
+  // sequence b at out + b * batch_stride + row * seq_stride + h * head_stride.
+  void* out;
+  std::int64_t out_batch_stride, out_seq_stride, out_head_stride;
+  float* lse;  // null: not requested
+  std::int64_t lse_batch_stride, lse_head_stride;
+
+  const std::int32_t* cu_seqlens_q;  // null: fixed length
+  const std::int32_t* cu_seqlens_k;
+  int seqlen_q, seqlen_k;  // fixed length: every sequence's; varlen: unused
+  int group;               // query heads per KV head
+  int window_left, window_right;
+
+  ScoreTransform transform;
+  float softcap_input;  // softcap only: tanh argument per unit of q.k
+  float scale_log2;     // logit -> log2 units
+  float logit_scale;    // logit -> natural-log units (for the LSE)
+
+  PersistentTileScheduler scheduler;
+  // Tiles handed out so far beyond each CTA's first (zero at launch): CTAs take the next tile
+  // in the scheduler's order when they are about to run out of work.
+  int* tile_counter;
+};
+
+}  // namespace flashattn::cuda::sm90

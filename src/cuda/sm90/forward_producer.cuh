@@ -1,0 +1,119 @@
+#pragma once
+// The producer warp of the sm90 forward: issues every TMA load of the CTA's tiles and nothing
+// else. Per tile: the first K block, then Q (once the consumers are done with the previous
+// tile's Q), then K and V interleaved in the order the consumers use them (K of block j - 1
+// before V of block j, since QK^T of the next block runs ahead of P.V of the current one).
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_tile.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// (X..., last) -> ((X...), last): one index picks a block or a stage.
+template <class Tensor>
+CUTE_DEVICE auto group_all_but_last(Tensor&& t) {
+  constexpr int kRank = decltype(cute::rank(t))::value;
+  return cute::group_modes<0, kRank - 1>(t);
+}
+
+template <class Traits>
+CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                              typename Traits::PipelineK& pipeline_k,
+                              typename Traits::PipelineV& pipeline_v,
+                              typename Traits::PipelineTile& pipeline_tile, bool leader) {
+  using namespace cute;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+
+  Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+  Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+  auto tma_q = p.tma_q.get_slice(_0{});
+  auto tma_k = p.tma_k.get_slice(_0{});
+  auto tma_v = p.tma_v.get_slice(_0{});
+  Tensor tKsK = group_all_but_last(tma_k.partition_D(sK));  // (TMA, stage)
+  Tensor tVsV = group_all_but_last(tma_v.partition_D(sV));
+  Tensor tQsQ = tma_q.partition_D(sQ);
+
+  auto state_k = cutlass::make_producer_start_state<typename Traits::PipelineK>();
+  auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
+  auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
+  bool first_tile = true;
+  const int num_tiles = p.scheduler.num_tiles();
+
+  // Tells the consumers which tile comes next (num_tiles or more: none).
+  auto publish = [&](int index) {
+    if (leader) {
+      pipeline_tile.producer_acquire(state_tile);
+      smem.tile_slot[state_tile.index()] = index;
+      pipeline_tile.producer_commit(state_tile);
+    }
+    ++state_tile;
+  };
+
+  for (int index = blockIdx.x; index < num_tiles;) {
+    publish(index);
+    const TileWork w = plan_tile(p, index);
+    // Claimed once this tile's loads are issued, i.e. about two key blocks before the
+    // consumers finish it: late enough that the claim balances the CTAs' work.
+    auto claim_next = [&]() {
+      int next = 0;
+      if (leader) next = atomicAdd(p.tile_counter, 1) + int(gridDim.x);
+      index = __shfl_sync(0xffffffffu, next, 0);
+    };
+    if (w.key_blocks.empty()) {  // nothing to load: the consumers write zeros
+      claim_next();
+      continue;
+    }
+    const int head = w.coord.head, head_kv = head / p.group;
+    const int batch = p.cu_seqlens_q ? 0 : w.coord.batch;  // varlen: one packed sequence axis
+    Tensor gQ = local_tile(domain_offset(make_coord(w.seq.row_q, _0{}), mQ(_, _, head, batch)),
+                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(w.coord.m_block, _0{}));
+    Tensor gK = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mK(_, _, head_kv, batch)),
+                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, block)
+    Tensor gV = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mV(_, _, head_kv, batch)),
+                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor tQgQ = tma_q.partition_S(gQ);
+    Tensor tKgK = group_all_but_last(tma_k.partition_S(gK));  // (TMA, block)
+    Tensor tVgV = group_all_but_last(tma_v.partition_S(gV));
+
+    auto load_k = [&](int block) {
+      pipeline_k.producer_acquire(state_k);
+      if (leader)
+        copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state_k)), tKgK(_, block), tKsK(_, state_k.index()));
+      ++state_k;
+    };
+    auto load_v = [&](int block) {
+      pipeline_v.producer_acquire(state_v);
+      if (leader)
+        copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state_v)), tVgV(_, block), tVsV(_, state_v.index()));
+      ++state_v;
+    };
+
+    const int last = w.key_blocks.end - 1;
+    load_k(last);
+    // The consumers signal when the previous tile's Q (or the output tile sharing its memory)
+    // is no longer read.
+    if (!first_tile)
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp, kBarrierQueryEmpty);
+    first_tile = false;
+    if (leader) {
+      smem.q_full.arrive_and_expect_tx(Traits::kQueryBytes);
+      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
+    }
+    for (int block = last - 1; block >= w.key_blocks.begin; --block) {
+      load_k(block);
+      load_v(block + 1);
+    }
+    load_v(w.key_blocks.begin);
+    claim_next();
+  }
+  publish(num_tiles);
+}
+
+}  // namespace flashattn::cuda::sm90

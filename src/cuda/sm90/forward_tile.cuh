@@ -1,0 +1,56 @@
+#pragma once
+// What one tile of the sm90 forward covers: the scheduler's (query block, head, batch), the
+// sequence's rows, and the key blocks its rows see. The producer and the consumers compute it
+// independently from the tile index, so they agree without talking.
+#include <cute/config.hpp>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/tile_scheduler.cuh"
+#include "cuda/sm90/forward_params.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// Named barriers (hardware ids above those CUTLASS reserves).
+enum ForwardBarrier : uint32_t {
+  kBarrierQueryEmpty = 0,   // consumers -> producer: the Q tile may be overwritten
+  kBarrierEpilogue = 1,     // the consumer warpgroups around the shared output tile
+  kBarrierWarpGroup0 = 2,   // ping-pong: consumer warpgroup w waits on kBarrierWarpGroup0 + w
+};
+
+// Where sequence b lives: its lengths and, for variable length, its first row in the packed
+// tensors (0 for fixed length, where the batch index addresses it).
+struct SequenceRows {
+  int len_q, len_k;
+  int row_q, row_k;
+};
+
+template <class Traits>
+CUTE_DEVICE SequenceRows sequence_rows(ForwardParams<Traits> const& p, int b) {
+  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, p.seqlen_k, 0, 0};
+  const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+  return {p.cu_seqlens_q[b + 1] - q0, p.cu_seqlens_k[b + 1] - k0, q0, k0};
+}
+
+struct TileWork {
+  TileCoord coord;
+  SequenceRows seq;
+  int row0;               // first query row of the tile within its sequence
+  int rows;               // query rows of the tile inside the sequence (<= 0: none)
+  BlockMask mask;         // the tile's rows (valid when rows > 0)
+  KeyTileRange key_blocks;  // key blocks to visit, last to first; empty: the rows see no key
+};
+
+template <class Traits>
+CUTE_DEVICE TileWork plan_tile(ForwardParams<Traits> const& p, int index) {
+  TileWork w;
+  w.coord = p.scheduler.tile(index);
+  w.seq = sequence_rows(p, w.coord.batch);
+  w.row0 = w.coord.m_block * Traits::kBlockM;
+  w.rows = min(Traits::kBlockM, w.seq.len_q - w.row0);
+  w.mask = {w.seq.len_q, w.seq.len_k, p.window_left, p.window_right, w.row0, w.row0 + w.rows - 1};
+  w.key_blocks = {};
+  if (w.rows > 0) w.key_blocks = w.mask.tiles(Traits::kBlockN);
+  return w;
+}
+
+}  // namespace flashattn::cuda::sm90

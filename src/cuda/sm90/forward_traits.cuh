@@ -1,0 +1,125 @@
+#pragma once
+// Compile-time shape of the sm90 forward for one (dtype, head dim): tiles, warpgroup roles,
+// shared-memory layouts, the two wgmma GEMMs and the TMA copies.
+//
+// One CTA: a producer warpgroup (one warp issues every TMA load) and two consumer warpgroups,
+// each owning 64 of the kBlockM = 128 query rows of a tile. Both consumers read the same K/V
+// stages; they take turns issuing their GEMMs so that one's softmax runs under the other's
+// tensor-core work.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+// Key-block sizes for head dims 192 and 256 (tuning knobs for measurements; see NOTES.md).
+#ifndef FLASHATTN_SM90_BLOCK_N_HD192
+#define FLASHATTN_SM90_BLOCK_N_HD192 112
+#endif
+#ifndef FLASHATTN_SM90_BLOCK_N_HD256
+#define FLASHATTN_SM90_BLOCK_N_HD256 80
+#endif
+
+namespace flashattn::cuda::sm90 {
+
+using namespace cute;
+
+// The widest swizzle whose row of 8 elements-per-16-bytes chunks divides `kCols` (16-bit data).
+template <class Element, int kCols, GMMA::Major kMajor>
+auto smem_layout_atom() {
+  if constexpr (kCols % 64 == 0)
+    return GMMA::Layout_SW128_Atom<Element, kMajor>{};
+  else if constexpr (kCols % 32 == 0)
+    return GMMA::Layout_SW64_Atom<Element, kMajor>{};
+  else
+    return GMMA::Layout_SW32_Atom<Element, kMajor>{};
+}
+
+template <class Element_, int kHeadDim_>
+struct ForwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256);
+
+  // Tiles. K/V tiles shrink with the head dim so that two stages of each, Q and (for head
+  // dims up to 128) a separate output tile fit in the 227 KB of shared memory, and so that the
+  // consumers' S, P and O fragments fit their 240 registers without spilling.
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN =
+      kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
+  static constexpr int kStages = 2;
+  // Above 128 the output tile reuses Q's shared memory (the epilogue runs after the last QK^T).
+  static constexpr bool kOutputInQueryTile = kHeadDim > 128;
+
+  // Roles and registers (setmaxnreg): 24 for the producer, 240 for each consumer thread.
+  static constexpr int kConsumerWarpGroups = kBlockM / 64;
+  static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
+  static constexpr int kThreads = kConsumerThreads + 128;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
+  using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V
+  using ConsumerLayout = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>;
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, TileShapeQK>(), ConsumerLayout{}));
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TileShapePV, GMMA::Major::K, GMMA::Major::MN>(),
+      ConsumerLayout{}));
+  // One wgmma instruction spans the whole key block (S) and the whole head dim (O).
+  static_assert(decltype(size<1>(typename TiledMmaQK::AtomShape_MNK{}))::value == kBlockN);
+  static_assert(decltype(size<1>(typename TiledMmaPV::AtomShape_MNK{}))::value == kHeadDim);
+
+  // Shared memory. Q, K and O are K-major (head dim contiguous, as in global memory). V is
+  // stored the same way and read by the P.V GEMM as V^T, an MN-major B operand.
+  using RowAtom = decltype(smem_layout_atom<Element, kHeadDim, GMMA::Major::K>());
+  using SmemLayoutQ = decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutK =
+      decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutVt = decltype(tile_to_shape(
+      smem_layout_atom<Element, kHeadDim, GMMA::Major::MN>(),
+      Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{}));
+  // The same bytes as (key, head dim, stage), for the TMA load.
+  using SmemLayoutV = decltype(composition(
+      SmemLayoutVt{},
+      make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutO = SmemLayoutQ;
+
+  using PipelineK = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineTile = cutlass::PipelineAsync<2>;  // tile indices, producer -> consumers
+
+  struct Empty {};
+  struct SharedStorage {
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    std::conditional_t<kOutputInQueryTile, Empty, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>> o;
+    cutlass::arch::ClusterTransactionBarrier q_full;
+    typename PipelineK::SharedStorage pipeline_k;
+    typename PipelineV::SharedStorage pipeline_v;
+    typename PipelineTile::SharedStorage pipeline_tile;
+    int tile_slot[2];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+
+  static constexpr uint32_t kQueryBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKeyBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch), strides in elements.
+  using GmemShape = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemLayout = Layout<GmemShape, GmemStride>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
+  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}));
+  using TmaLoadQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+                                          Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaLoadK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
+                                          Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
+                                          Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutO{},
+                                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+};
+
+}  // namespace flashattn::cuda::sm90
