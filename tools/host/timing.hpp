@@ -1,6 +1,7 @@
 #pragma once
-// Timing for the command line and benchmarks: CUDA events on the GPU, a steady clock on the
-// CPU; warm-up first, then the median of repeated runs.
+// Timing for the command line and benchmarks: CUDA events on the GPU (L2 flushed before each
+// run, as triton's do_bench does), a steady clock on the CPU; warm-up first, then the median of
+// repeated runs.
 #include <functional>
 
 #include "flashattn/tensor.hpp"
