@@ -1,13 +1,15 @@
 #pragma once
-// Scratch device memory in stream order: cudaMallocAsync on construction, cudaFreeAsync on
-// destruction, both on the problem's stream, so kernels enqueued in between may use it and
-// nothing synchronizes. Several buffers share one allocation, each 256-byte aligned.
+// Scratch device memory in stream order: allocated from the library's workspace pool
+// (workspace_pool.cuh) on construction, cudaFreeAsync on destruction, both on the problem's
+// stream, so kernels enqueued in between may use it and nothing synchronizes. Several buffers
+// share one allocation, each 256-byte aligned.
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/workspace_pool.cuh"
 
 namespace flashattn::cuda {
 
@@ -30,7 +32,8 @@ class WorkspacePlan {
 class StreamWorkspace {
  public:
   StreamWorkspace(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes > 0) FA_CUDA_CHECK(cudaMallocAsync(&base_, bytes, stream));
+    // From the library's pool, which keeps freed memory for the next call (workspace_pool.cuh).
+    if (bytes > 0) base_ = workspace_alloc_async(bytes, stream);
   }
   ~StreamWorkspace() {
     if (base_ != nullptr) cudaFreeAsync(base_, stream_);
