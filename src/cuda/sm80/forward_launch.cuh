@@ -1,11 +1,169 @@
 #pragma once
-// Placeholder until the sm80 forward lands.
+// Host side of the sm80 forward: flattens the problem into kernel parameters, picks tiles,
+// packing and splits (forward_heuristics.hpp), and launches on the problem's stream without
+// synchronizing. Split-KV partials live in a stream-ordered workspace (common/stream_workspace.cuh:
+// allocated and freed on the problem's stream).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/stream_workspace.cuh"
 #include "cuda/sm80/api.hpp"
+#include "cuda/sm80/forward_heuristics.hpp"
+#include "cuda/sm80/forward_kernel.cuh"
+#include "cuda/sm80/forward_params.hpp"
+#include "cuda/sm80/forward_traits.cuh"
+#include "cuda/sm80/split_kv_combine.cuh"
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm80 {
-template <class Element, int HeadDim>
-void run_forward(const detail::ForwardProblem&) {
-  throw Error(ErrorKind::unsupported, "backend", "an sm80 forward kernel", "not implemented yet");
+
+inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
+  ForwardParams f{};
+  f.q = p.q.data;
+  f.k = p.k.data;
+  f.v = p.v.data;
+  f.out = p.out.data;
+  f.lse = p.lse.data;
+  f.q_layout = p.q;
+  f.k_layout = p.k;
+  f.v_layout = p.v;
+  f.out_layout = p.out;
+  f.lse_layout = p.lse;
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.batch = p.batch;
+  f.heads_q = p.heads_q;
+  f.heads_kv = p.heads_kv;
+  f.group = p.group_size();
+  f.seqlen_q = p.seqlen_q;
+  f.seqlen_k = p.seqlen_k;
+  f.window_left = p.window_left;
+  f.window_right = p.window_right;
+
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (p.softcap > 0.f) {
+    // logit = tanh(scale * q.k / softcap) in [-1, 1]; score = softcap * logit.
+    f.softcap_input = p.scale / p.softcap;
+    f.logit_scale = p.softcap;
+  } else {
+    // logit = sign(scale) * q.k, so that the running max is taken over what the softmax sees;
+    // a zero scale gets a tiny positive one (all probabilities equal, masked keys still 0).
+    f.negate_scores = p.scale < 0.f;
+    f.logit_scale = std::fabs(p.scale);
+  }
+  f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
+  f.pack = 1;
+  f.num_splits = 1;
+  return f;
 }
+
+// What the launch needs to know about a kernel on a device, found once per (kernel, device):
+// its shared-memory limit is raised there, and its residency read. Per-call queries would sit
+// between the caller and the GPU, which matters for microsecond-scale decoding steps.
+struct KernelResidency {
+  int sm_count = 0;
+  int ctas_per_sm = 0;
+};
+
+template <class Traits>
+KernelResidency prepare_forward_kernel(int device) {
+  auto query = [device] {
+    KernelResidency r;
+    if (Traits::kSmemBytes > 48 * 1024)
+      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Traits::kSmemBytes));
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits>,
+                                                                Traits::kThreads, Traits::kSmemBytes));
+    return r;
+  };
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static KernelResidency cached[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) return query();
+  std::call_once(once[device], [&] { cached[device] = query(); });  // retried if it throws
+  return cached[device];
+}
+
+inline void check_grid(const char* what, long long value, long long limit) {
+  if (value > limit)
+    throw Error(ErrorKind::unsupported, what,
+                "at most " + std::to_string(limit) + " on the sm80 forward's grid",
+                std::to_string(value));
+}
+
+// Launches one tile configuration. num_splits = 0 lets the heuristic choose (tuning tools force
+// a count).
+template <class Traits>
+void launch_forward(const detail::ForwardProblem& problem, ForwardParams params, int device,
+                    int num_splits = 0) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
+  const KernelResidency residency = prepare_forward_kernel<Traits>(device);
+
+  const long long rows = static_cast<long long>(problem.seqlen_q) * params.pack;
+  const int m_blocks = int((rows + Traits::kBlockM - 1) / Traits::kBlockM);
+  const int head_blocks = params.pack == 1 ? problem.heads_q : problem.heads_kv;
+  const long long ctas = static_cast<long long>(m_blocks) * head_blocks * problem.batch;
+  const TileShape tiles{Traits::kBlockM, Traits::kBlockN, Traits::kWarps};
+  const int key_tiles = (visited_keys(problem, params.pack, tiles) + Traits::kBlockN - 1) / Traits::kBlockN;
+  params.num_splits =
+      num_splits > 0 ? std::min(num_splits, std::max(key_tiles, 1))
+                     : choose_num_splits(ctas, key_tiles, residency.sm_count * std::max(residency.ctas_per_sm, 1));
+  if (static_cast<long long>(problem.batch) * params.num_splits > 65535) params.num_splits = 1;
+
+  check_grid("heads", head_blocks, 65535);
+  check_grid("batch", problem.batch, 65535);
+  const dim3 grid(m_blocks, head_blocks, problem.batch * params.num_splits);
+
+  // Split-KV partials: fp32 outputs and LSEs of every split, merged by the combine kernel.
+  const size_t rows_per_split = size_t(problem.batch) * problem.heads_q * problem.seqlen_q;
+  WorkspacePlan plan;
+  size_t out_offset = 0, lse_offset = 0;
+  if (params.num_splits > 1) {
+    out_offset = plan.add<float>(size_t(params.num_splits) * rows_per_split * kHeadDim);
+    lse_offset = plan.add<float>(size_t(params.num_splits) * rows_per_split);
+  }
+  StreamWorkspace workspace(plan.bytes(), stream);
+  if (params.num_splits > 1) {
+    params.partial_out = workspace.at<float>(out_offset);
+    params.partial_lse = workspace.at<float>(lse_offset);
+  }
+
+  forward_kernel<Traits><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  FA_CUDA_CHECK_LAUNCH();
+
+  if (params.num_splits > 1) {
+    using Combine = CombineShape<kHeadDim>;
+    const long long combine_ctas = (static_cast<long long>(rows_per_split) + Combine::kRowsPerCta - 1) /
+                                   Combine::kRowsPerCta;
+    check_grid("batch * heads_q * seqlen_q", combine_ctas, 0x7fffffffLL);
+    combine_splits_kernel<Element, kHeadDim><<<unsigned(combine_ctas), Combine::kThreads, 0, stream>>>(params);
+    FA_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <class Element, int HeadDim>
+void run_forward(const detail::ForwardProblem& problem) {
+  if (problem.batch == 0 || problem.seqlen_q == 0) return;
+  constexpr TileShape kPrefill = prefill_tiles<HeadDim>();
+  constexpr TileShape kDecode = decode_tiles<HeadDim>();
+  using PrefillTraits = ForwardTraits<Element, HeadDim, kPrefill.block_m, kPrefill.block_n, kPrefill.warps>;
+  using DecodeTraits = ForwardTraits<Element, HeadDim, kDecode.block_m, kDecode.block_n, kDecode.warps>;
+
+  ForwardParams params = make_forward_params(problem);
+  params.pack = choose_pack(problem, kPrefill);
+  params.reverse_m_blocks = problem.window_left >= 0 || problem.window_right >= 0;
+  if (use_decode_tiles(problem, params.pack, kDecode))
+    launch_forward<DecodeTraits>(problem, params, problem.device_index);
+  else
+    launch_forward<PrefillTraits>(problem, params, problem.device_index);
+}
+
 }  // namespace flashattn::cuda::sm80

@@ -1,0 +1,82 @@
+#pragma once
+// Every tuning decision of the sm80 forward in one place: tile shapes per head dim, when query
+// heads are packed into rows (GQA decoding), when the decode tiles are used, and how many ways
+// the keys are split (flash-decoding). Host code only.
+#include <algorithm>
+#include <cmath>
+
+#include "common/problem.hpp"
+
+namespace flashattn::cuda::sm80 {
+
+struct TileShape {
+  int block_m, block_n, warps;
+};
+
+// Long queries: compute-bound tiles. 128 query rows per CTA; 8 warps from d = 192 so that the
+// O accumulator stays at <= 128 floats per thread. Measured on an H100 (bf16, 16k tokens):
+// d = 128: 128x64/4 warps beat 128x128/8, 128x32/4 and 64x64/4 by 3-25%; d = 64: 128x64 and
+// 128x128 tie, and 128x64 does not spill (128x128 spills 128 bytes); d = 256: 128x64/8 and
+// 64x64/4 tie.
+template <int HeadDim>
+constexpr TileShape prefill_tiles() {
+  if constexpr (HeadDim <= 32) return {128, 128, 4};
+  else if constexpr (HeadDim <= 128) return {128, 64, 4};
+  else return {128, 64, 8};
+}
+
+// Short queries (decoding): 64 rows (a smaller M keeps the tensor-core work per byte of K/V
+// low), key tiles of 128 (64 from d = 192, for registers). Bandwidth-bound.
+template <int HeadDim>
+constexpr TileShape decode_tiles() {
+  if constexpr (HeadDim <= 128) return {64, 128, 4};
+  else return {64, 64, 4};
+}
+
+// GQA: pack the query heads of a group into the rows of one tile, so that one CTA streams each
+// K/V tile once for the whole group, when queries are short enough that the unpacked query
+// blocks would be mostly empty.
+inline int choose_pack(const detail::Problem& p, TileShape prefill) {
+  const int group = p.group_size();
+  return group > 1 && p.seqlen_q <= prefill.block_m / 2 ? group : 1;
+}
+
+inline bool use_decode_tiles(const detail::Problem& p, int pack, TileShape decode) {
+  return std::int64_t(p.seqlen_q) * pack <= decode.block_m;
+}
+
+// Keys one query block visits at most (for the split count): all of them, unless a left window
+// bounds them.
+inline int visited_keys(const detail::Problem& p, int pack, TileShape tiles) {
+  int keys = p.seqlen_k;
+  if (p.window_left >= 0) {
+    const int positions = std::min(p.seqlen_q, std::max(1, tiles.block_m / pack));
+    const long long span = 1LL + p.window_left + positions + std::max(p.window_right, 0);
+    keys = int(std::min<long long>(keys, span));
+  }
+  return keys;
+}
+
+// Split-KV: when the CTAs do not fill the GPU (ctas below 80% of the resident slots), split each
+// query block's key tiles over several CTAs. Takes the fewest splits whose last wave is nearly
+// as full as the best achievable (FlashAttention-2's rule), skipping split counts that do not
+// change the tiles per split. `slots` = SMs x CTAs resident per SM.
+inline int choose_num_splits(long long ctas, int key_tiles, int slots, int max_splits = 128) {
+  if (ctas <= 0 || key_tiles <= 1 || ctas >= 0.8 * slots) return 1;
+  max_splits = std::min({max_splits, key_tiles, slots});
+  auto efficiency = [&](int s) {
+    const double waves = double(ctas) * s / slots;
+    return waves / std::ceil(waves);
+  };
+  auto useful = [&](int s) {
+    return s == 1 || (key_tiles + s - 1) / s != (key_tiles + s - 2) / (s - 1);
+  };
+  double best = 0;
+  for (int s = 1; s <= max_splits; ++s)
+    if (useful(s)) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= max_splits; ++s)
+    if (useful(s) && efficiency(s) >= 0.85 * best) return s;
+  return 1;
+}
+
+}  // namespace flashattn::cuda::sm80

@@ -1,0 +1,301 @@
+#pragma once
+// The sm80 forward kernel (FlashAttention-2 class). One CTA computes one block of kBlockM query
+// rows against a range of key tiles: all the tiles its rows see, or one split of them. Rows are
+// those of one (batch, query head), or, with GQA packing, of all query heads of one KV head.
+//
+// Per key tile, walking from the last tile to the first:
+//   S = Q K^T (mma.sync, operands by ldmatrix from swizzled shared memory)
+//   logits (softcap), mask (only on tiles that cut a row's window or the sequence end)
+//   online softmax (rescale O once per tile), O += P V
+// K and V tiles are double-buffered against each other with cp.async: V(j) loads during
+// Q K(j)^T, K(j-1) during softmax and P V(j). Each warp owns 16-row slices of the tile, so the
+// softmax needs no shared-memory exchange. O is normalized once at the end and written through
+// shared memory with 16-byte stores (or, for a split, as fp32 partials for the combine kernel).
+#include <climits>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/common/device_math.cuh"
+#include "cuda/common/fragment.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/warp_gemm.cuh"
+#include "cuda/sm80/forward_params.hpp"
+
+namespace flashattn::cuda::sm80 {
+
+// The work of one CTA: which rows, which heads, which key tiles.
+struct ForwardBlock {
+  int batch, split;
+  int head_block;  // the query head, or the KV head when query heads are packed into rows
+  SequenceSpan seq;
+  int row0;  // first (packed) row of the tile within the sequence
+  int rows;  // valid rows in the tile
+  BlockMask mask;
+  KeyTileRange tiles;
+
+  // Query row and query head of packed row `row` (counted from the sequence start).
+  __device__ int query_row(const ForwardParams& p, int row) const {
+    return p.pack == 1 ? row : row / p.pack;
+  }
+  __device__ int query_head(const ForwardParams& p, int row) const {
+    return p.pack == 1 ? head_block : head_block * p.pack + row % p.pack;
+  }
+  __device__ int kv_head(const ForwardParams& p) const {
+    return p.pack == 1 ? head_block / p.group : head_block;
+  }
+};
+
+// Decodes the grid position; false if the CTA's query block lies past its sequence.
+__device__ inline bool locate_block(const ForwardParams& p, int block_m, int block_n, ForwardBlock& b) {
+  const int m_block = p.reverse_m_blocks ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  b.head_block = blockIdx.y;
+  b.batch = blockIdx.z / p.num_splits;
+  b.split = blockIdx.z % p.num_splits;
+  b.seq = sequence_span(p, b.batch);
+  const int packed_rows = b.seq.len_q * p.pack;
+  b.row0 = m_block * block_m;
+  if (b.row0 >= packed_rows) return false;
+  b.rows = min(block_m, packed_rows - b.row0);
+  b.mask = {b.seq.len_q, b.seq.len_k, p.window_left, p.window_right, b.row0 / p.pack,
+            (b.row0 + b.rows - 1) / p.pack};
+  b.tiles = b.mask.tiles(block_n);
+  if (p.num_splits > 1) {  // this split's share of the block's own tiles
+    const int per_split = (b.tiles.end - b.tiles.begin + p.num_splits - 1) / p.num_splits;
+    const int begin = b.tiles.begin + b.split * per_split;
+    b.tiles = {begin, min(b.tiles.end, begin + per_split)};
+  }
+  return true;
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads)
+    forward_kernel(const __grid_constant__ ForwardParams params) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const int tid = threadIdx.x;
+
+  ForwardBlock blk;
+  if (!locate_block(params, kBlockM, kBlockN, blk)) return;
+
+  // ---- global memory: rows are addressed one by one (packed rows gather across heads) ------
+  const Element* q_base = static_cast<const Element*>(params.q);
+  Element* out_base = static_cast<Element*>(params.out);
+  const int kv_head = blk.kv_head(params);
+  const Element* k_seq = static_cast<const Element*>(params.k) +
+                         element_index(params.k_layout, blk.batch, blk.seq.offset_k, 0, kv_head);
+  const Element* v_seq = static_cast<const Element*>(params.v) +
+                         element_index(params.v_layout, blk.batch, blk.seq.offset_k, 0, kv_head);
+  auto row_index = [&](const detail::SeqTensor& layout, int r) {  // r: row within the tile
+    const int row = blk.row0 + r;
+    return element_index(layout, blk.batch, blk.seq.offset_q, blk.query_row(params, row),
+                         blk.query_head(params, row));
+  };
+
+  // ---- shared memory: Q (later O), K, V ---------------------------------------------------
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  Element* smem = reinterpret_cast<Element*>(smem_bytes);
+  Tensor sQ = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem + Traits::kSmemQElems), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem + Traits::kSmemQElems + Traits::kSmemKVElems),
+                          typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+  Tensor sVtPlain = make_tensor(sV.data(), get_nonswizzle_portion(typename Traits::SmemLayoutVt{}));
+
+  // Each thread's 16-byte pieces of a tile, and their (row, column) in the tile.
+  typename Traits::GmemTiledCopy gmem_copy;
+  auto gmem_thr = gmem_copy.get_thread_slice(tid);
+  Tensor tQsQ = gmem_thr.partition_D(sQ);
+  Tensor tQc = gmem_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tKsK = gmem_thr.partition_D(sK);
+  Tensor tVsV = gmem_thr.partition_D(sV);
+  Tensor tKVc = gmem_thr.partition_D(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+  // ---- the thread's accumulator coordinates -------------------------------------------------
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(tid);
+  Tensor score_coords =
+      rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+  Tensor out_coords =
+      rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+  constexpr int kRows = decltype(size<0>(score_coords))::value;
+
+  if (blk.tiles.empty()) {
+    // No key visible to any row of the block (or to this split): output 0, LSE -inf.
+    if (params.num_splits > 1) {
+      for (int i = tid; i < blk.rows * kHeadDim; i += Traits::kThreads) {
+        const int row = blk.row0 + i / kHeadDim;
+        params.partial_out[partial_row(params, blk.split, blk.batch, blk.query_head(params, row),
+                                       blk.query_row(params, row)) * kHeadDim + i % kHeadDim] = 0.f;
+      }
+      for (int r = tid; r < blk.rows; r += Traits::kThreads) {
+        const int row = blk.row0 + r;
+        params.partial_lse[partial_row(params, blk.split, blk.batch, blk.query_head(params, row),
+                                       blk.query_row(params, row))] = -INFINITY;
+      }
+      return;
+    }
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(tQc); ++m) {
+      const int r = get<0>(tQc(0, m, 0));
+      if (r >= blk.rows) continue;
+      Element* row_ptr = out_base + row_index(params.out_layout, r);
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tQc); ++k)
+        *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) = make_uint4(0, 0, 0, 0);
+    }
+    if (params.lse != nullptr)
+      for (int r = tid; r < blk.rows; r += Traits::kThreads) {
+        const int row = blk.row0 + r;
+        params.lse[lse_index(params.lse_layout, blk.batch, blk.seq.offset_q,
+                             blk.query_row(params, row), blk.query_head(params, row))] = -INFINITY;
+      }
+    return;
+  }
+
+  // ---- loads: Q once; K/V tiles with rows past the sequence zero-filled ----------------------
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(tQc); ++m) {
+    const int r = get<0>(tQc(0, m, 0));
+    const bool valid = r < blk.rows;
+    const Element* row_ptr = valid ? q_base + row_index(params.q_layout, r) : q_base;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tQc); ++k)
+      cp_async_16(&tQsQ(0, m, k), row_ptr + get<1>(tQc(0, m, k)), valid);
+  }
+  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, std::int64_t seq_stride, int tile) {
+    const int key0 = tile * kBlockN;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(tKVc); ++m) {
+      const int key = key0 + get<0>(tKVc(0, m, 0));
+      const bool valid = key < blk.seq.len_k;
+      const Element* row_ptr = seq_base + (valid ? key * seq_stride : 0);
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tKVc); ++k)
+        cp_async_16(&smem_part(0, m, k), row_ptr + get<1>(tKVc(0, m, k)), valid);
+    }
+  };
+
+  // ---- register fragments and shared -> register copies -------------------------------------
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);
+  Tensor tSrK = thr_mma.partition_fragment_B(sK);
+  Tensor tOrVt = thr_mma.partition_fragment_B(sVtPlain);
+  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  clear(acc_o);
+  Tensor acc_o_rc = rowcol_view(acc_o);
+
+  auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_q = smem_copy_q.get_thread_slice(tid);
+  Tensor tSsQ = smem_thr_q.partition_S(sQ);
+  auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_k = smem_copy_k.get_thread_slice(tid);
+  Tensor tSsK = smem_thr_k.partition_S(sK);
+  auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+  auto smem_thr_v = smem_copy_v.get_thread_slice(tid);
+  Tensor tOsVt = smem_thr_v.partition_S(sVt);
+
+  // ---- main loop over key tiles, last to first ---------------------------------------------
+  load_kv_tile(tKsK, k_seq, params.k_layout.seq_stride, blk.tiles.end - 1);
+  cp_async_commit();
+  OnlineSoftmax<kRows> softmax;
+
+  for (int tile = blk.tiles.end - 1; tile >= blk.tiles.begin; --tile) {
+    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    clear(acc_s);
+    cp_async_wait<0>();  // K(tile) (and Q) landed
+    __syncthreads();     // ...for every thread, and every warp is done reading V(tile + 1)
+    load_kv_tile(tVsV, v_seq, params.v_layout.seq_stride, tile);
+    cp_async_commit();
+
+    gemm_smem_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_thr_q, smem_copy_k,
+                   smem_thr_k);
+
+    Tensor scores = rowcol_view(acc_s);
+    if (params.softcap_input != 0.f) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = accurate_tanh(acc_s(i) * params.softcap_input);
+    } else if (params.negate_scores) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = -acc_s(i);
+    }
+    if (!blk.mask.tile_fully_visible(tile, kBlockN)) {
+      // The visible keys of each of the thread's rows (recomputed here: cheaper than keeping
+      // them in registers across the loop).
+      detail::KeyRange row_keys[kRows];
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r)
+        row_keys[r] = blk.mask.row_keys(blk.query_row(params, blk.row0 + get<0>(score_coords(r, 0))));
+      const int key0 = tile * kBlockN;
+      mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
+    }
+
+    cp_async_wait<0>();  // V(tile) landed
+    __syncthreads();     // ...for every thread, and every warp is done reading K(tile)
+    if (tile > blk.tiles.begin) {
+      load_kv_tile(tKsK, k_seq, params.k_layout.seq_stride, tile - 1);
+      cp_async_commit();
+    }
+
+    softmax.step(scores, acc_o_rc, params.scale_log2, tile == blk.tiles.end - 1);
+    Tensor p = convert_fragment<Element>(acc_s);
+    Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand_layout(p.layout()));
+    gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
+  }
+
+  // ---- epilogue ----------------------------------------------------------------------------
+  float lse[kRows];
+  softmax.finalize(acc_o_rc, params.logit_scale, lse);
+
+  if (params.num_splits > 1) {
+    // fp32 partial output and LSE of this split, straight from registers.
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row_in_tile = get<0>(out_coords(r, 0));
+      if (row_in_tile >= blk.rows) continue;
+      const int row = blk.row0 + row_in_tile;
+      const std::int64_t prow = partial_row(params, blk.split, blk.batch,
+                                            blk.query_head(params, row), blk.query_row(params, row));
+      float* dst = params.partial_out + prow * kHeadDim;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc_o_rc); c += 2)
+        *reinterpret_cast<float2*>(dst + get<1>(out_coords(r, c))) =
+            make_float2(acc_o_rc(r, c), acc_o_rc(r, c + 1));
+      if (get<1>(out_coords(r, 0)) == 0) params.partial_lse[prow] = lse[r];
+    }
+    return;
+  }
+
+  // O through shared memory (over Q, which no warp reads any more) for 16-byte row stores.
+  __syncthreads();
+  Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutQ{});
+  Tensor rO = convert_fragment<Element>(acc_o);
+  auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+  auto smem_thr_o = smem_copy_o.get_thread_slice(tid);
+  copy(smem_copy_o, smem_thr_o.retile_S(rO), smem_thr_o.partition_D(sO));
+  __syncthreads();
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(tQc); ++m) {
+    const int r = get<0>(tQc(0, m, 0));
+    if (r >= blk.rows) continue;
+    Element* row_ptr = out_base + row_index(params.out_layout, r);
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tQc); ++k)
+      *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) =
+          *reinterpret_cast<const uint4*>(&tQsQ(0, m, k));
+  }
+  if (params.lse != nullptr) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row_in_tile = get<0>(out_coords(r, 0));
+      if (get<1>(out_coords(r, 0)) != 0 || row_in_tile >= blk.rows) continue;
+      const int row = blk.row0 + row_in_tile;
+      params.lse[lse_index(params.lse_layout, blk.batch, blk.seq.offset_q, blk.query_row(params, row),
+                           blk.query_head(params, row))] = lse[r];
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::sm80
