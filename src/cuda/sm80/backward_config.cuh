@@ -25,15 +25,17 @@ struct BackwardTileShape {
 template <int HeadDim> struct BackwardTiles;
 //                                     M    N   warps SdP dKV dQ   dq-kernel N
 template <> struct BackwardTiles<32>  : BackwardTileShape<128, 128, 8,  4,  4,  4,  128> {};
-template <> struct BackwardTiles<64>  : BackwardTileShape<128, 128, 8,  2,  4,  4,  128> {};
+template <> struct BackwardTiles<64>  : BackwardTileShape<128, 128, 8,  4,  4,  4,  128> {};
 template <> struct BackwardTiles<96>  : BackwardTileShape< 64, 128, 8,  2,  4,  4,   64> {};
 template <> struct BackwardTiles<128> : BackwardTileShape< 64, 128, 8,  2,  4,  2,   64> {};
 template <> struct BackwardTiles<192> : BackwardTileShape< 64,  64, 8,  4,  2,  2,   32> {};
 template <> struct BackwardTiles<256> : BackwardTileShape< 64,  64, 8,  4,  2,  2,   32> {};
 
-}  // namespace flashattn::cuda::sm80
 
-namespace flashattn::cuda::sm80 {
+// Tiles for GPUs with less shared memory per block than BackwardTiles needs: head dim 256 wants
+// 176 KB, an A100 has 163 KB, so there it takes narrower key blocks (136 KB).
+template <int HeadDim> struct LowSharedMemoryTiles { using type = BackwardTiles<HeadDim>; };
+template <> struct LowSharedMemoryTiles<256> { using type = BackwardTileShape<64, 32, 8, 4, 1, 2, 32>; };
 
 // GQA: how many CTA columns share the query heads of one KV head. One column (each CTA loops
 // over the whole group, summing dK/dV in registers) needs no workspace and no reduction, but

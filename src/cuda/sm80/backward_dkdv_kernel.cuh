@@ -24,7 +24,7 @@
 namespace flashattn::cuda::sm80 {
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -49,8 +49,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int heads_per_split = p.group_size() / p.head_splits;
   const int head_first = kv_head * p.group_size() + split * heads_per_split;
   const int steps = m_count * heads_per_split;
-  auto step_head = [&](int step) { return head_first + step / m_count; };
-  auto step_row0 = [&](int step) { return (m_first + step % m_count) * kBlockM; };
+  // A step is one (query head, query block) pair: query blocks innermost.
+  struct Step {
+    int head, m_block;
+  };
+  auto next_step = [&](Step s) {
+    return s.m_block + 1 < m_first + m_count ? Step{s.head, s.m_block + 1} : Step{s.head + 1, m_first};
+  };
 
   // A (rows x head_dim) tile of a (batch, seq, head, dim) operand.
   auto row_tile = [&](const detail::SeqTensor& t, std::int64_t row, int head, auto tile_rows) {
@@ -80,14 +85,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto load_thr = gmem_load.get_thread_slice(tid);
   Tensor load_coords_m = load_thr.partition_S(make_identity_tensor(Shape<BlockM, HeadDim>{}));
   Tensor load_coords_n = load_thr.partition_S(make_identity_tensor(Shape<BlockN, HeadDim>{}));
-  auto load_q = [&](int step, int stage) {
-    const int row0 = step_row0(step);
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.q, seq.row_q + row0, step_head(step), BlockM{})),
+  auto load_q = [&](Step s, int stage) {
+    const int row0 = s.m_block * kBlockM;
+    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.q, seq.row_q + row0, s.head, BlockM{})),
                     load_thr.partition_D(sQ(_, _, stage)), load_coords_m, seq.len_q - row0);
   };
-  auto load_dout = [&](int step) {
-    const int row0 = step_row0(step);
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.dout, seq.row_q + row0, step_head(step), BlockM{})),
+  auto load_dout = [&](Step s) {
+    const int row0 = s.m_block * kBlockM;
+    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.dout, seq.row_q + row0, s.head, BlockM{})),
                     load_thr.partition_D(sdO), load_coords_m, seq.len_q - row0);
   };
 
@@ -154,15 +159,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                     load_thr.partition_D(sK), load_coords_n, valid_keys);
     load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.v, seq.row_k + key0, kv_head, BlockN{})),
                     load_thr.partition_D(sV), load_coords_n, valid_keys);
-    load_q(0, 0);
-    load_dout(0);
+    load_q(Step{head_first, m_first}, 0);
+    load_dout(Step{head_first, m_first});
   }
   cp_async_fence();
 
+  Step current{head_first, m_first};
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
-    const int head = step_head(step);
-    const int row0 = step_row0(step);
+    const int head = current.head;
+    const int row0 = current.m_block * kBlockM;
+    const Step next = next_step(current);
     const int valid_rows = seq.len_q - row0;
     const std::int64_t stats_offset = std::int64_t(head) * p.dense_rows_q + seq.dense_q + row0;
     float lse_log2[kRows], delta[kRows];
@@ -178,7 +185,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, tSsQ(_, _, _, stage), tSsK, ldsm_sdp_a, ldsm_sdp_b);
     gemm_smem(mma_sdp, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, ldsm_sdp_a, ldsm_sdp_b);
 
-    if (step + 1 < steps) load_q(step + 1, stage ^ 1);
+    if (step + 1 < steps) load_q(next, stage ^ 1);
     cp_async_fence();
 
     const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     gemm_smem(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, tdVsdOt, ldsm_dkv_a, ldsm_dkv_b);
     __syncthreads();  // every warp is done with dO
-    if (step + 1 < steps) load_dout(step + 1);
+    if (step + 1 < steps) load_dout(next);
     cp_async_fence();
 
     if (accumulate_dq) {
@@ -208,6 +215,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       atomic_add_rows(rowcol_view(acc_dq), rowcol_view(thr_dq.partition_C(g_dq)), dq_coords, valid_rows);
     }
     gemm_smem(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt(_, _, _, stage), ldsm_dkv_a, ldsm_dkv_b);
+    current = next;
   }
 
   // Epilogue: dK = scale * sum dS^T Q; dV = sum P^T dO.

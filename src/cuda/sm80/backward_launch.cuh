@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/stream_workspace.cuh"
@@ -68,11 +69,13 @@ void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t 
 
 }  // namespace backward_detail
 
-template <class Element, int HeadDim>
-void run_backward(const detail::BackwardProblem& problem) {
+// The backward with given kernel traits (run_backward picks them; the smoke driver's tuning
+// mode passes others).
+template <class Main, class DqOnly>
+void run_backward_with(const detail::BackwardProblem& problem) {
   using namespace backward_detail;
-  using Main = DkDvTraits<Element, HeadDim>;
-  using DqOnly = DqTraits<Element, HeadDim>;
+  using Element = typename Main::Element;
+  constexpr int HeadDim = Main::kHeadDim;
   using Rows = RowwiseShape<HeadDim>;
 
   if (problem.batch == 0) return;
@@ -134,6 +137,19 @@ void run_backward(const detail::BackwardProblem& problem) {
     launch(backward_kv_reduce_kernel<Element, HeadDim>,
            dim3(ceil_div(problem.seqlen_k, Rows::kRowsPerBlock), problem.heads_kv, batch), Rows::kThreads, 0,
            stream, p);
+}
+
+template <class Element, int HeadDim>
+void run_backward(const detail::BackwardProblem& problem) {
+  using Default = DkDvTraits<Element, HeadDim>;
+  using LowSmemTiles = typename LowSharedMemoryTiles<HeadDim>::type;
+  if constexpr (!std::is_same_v<LowSmemTiles, BackwardTiles<HeadDim>>) {
+    int max_smem = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, problem.device_index));
+    if (Default::kSmemBytes > max_smem)
+      return run_backward_with<DkDvTraits<Element, HeadDim, LowSmemTiles>, DqTraits<Element, HeadDim>>(problem);
+  }
+  run_backward_with<Default, DqTraits<Element, HeadDim>>(problem);
 }
 
 }  // namespace flashattn::cuda::sm80

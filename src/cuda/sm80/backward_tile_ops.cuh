@@ -46,19 +46,17 @@ __device__ __forceinline__ void gemm_reg_smem(Mma& mma, Acc& acc, const RegA& rA
 }
 
 // Copies a thread's share of a (rows x cols) tile, partitioned as (CPY, CPY_M, CPY_K), from
-// global to shared memory with cp.async; rows at or beyond `valid_rows` (coords: the same
-// partition of an identity tensor) are zero-filled, so no garbage (or NaN) enters the GEMMs.
+// global to shared memory with zero-filling cp.async (AsyncLoadCopy): rows at or beyond
+// `valid_rows` (coords: the same partition of an identity tensor) read nothing and become
+// zeros, so no garbage (or NaN) enters the GEMMs.
 template <class TiledCopy, class Src, class Dst, class Coords>
 __device__ __forceinline__ void load_rows_async(const TiledCopy& tiled_copy, const Src& src, Dst&& dst,
                                                 const Coords& coords, int valid_rows) {
   using namespace cute;
   CUTE_UNROLL
   for (int m = 0; m < size<1>(src); ++m) {
-    if (get<0>(coords(0, m, 0)) < valid_rows) {
-      copy(tiled_copy, src(_, m, _), dst(_, m, _));
-    } else {
-      clear(dst(_, m, _));
-    }
+    auto dst_row = dst(_, m, _);
+    copy(tiled_copy.with(get<0>(coords(0, m, 0)) < valid_rows), src(_, m, _), dst_row);
   }
 }
 

@@ -59,8 +59,10 @@ using RowTileCopy = decltype(cute::make_tiled_copy(
     cute::Layout<cute::Shape<cute::Int<Threads / (kSwizzleWidth<Cols> / 8)>, cute::Int<kSwizzleWidth<Cols> / 8>>,
                  cute::Stride<cute::Int<kSwizzleWidth<Cols> / 8>, cute::_1>>{},
     cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
+// cp.async with a zero-fill predicate (copy(tiled_copy.with(valid), ...)): rows past the end
+// of a sequence become zeros in the same instruction, with no separate stores.
 template <class Element, int Threads, int Cols>
-using AsyncLoadCopy = RowTileCopy<Element, Threads, Cols, cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>>;
+using AsyncLoadCopy = RowTileCopy<Element, Threads, Cols, cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<cute::uint128_t>>;
 template <class Element, int Threads, int Cols>
 using VectorCopy = RowTileCopy<Element, Threads, Cols, cute::AutoVectorizingCopyWithAssumedAlignment<128>>;
 
@@ -73,13 +75,15 @@ template <class Element>
 using FragmentStoreAtom = cute::Copy_Atom<cute::AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
 // The main kernel (dK, dV, and dQ by atomics).
-template <class Element_, int HeadDim>
-struct DkDvTraits : BackwardTiles<HeadDim> {
-  using Tiles = BackwardTiles<HeadDim>;
+template <class Element_, int HeadDim, class Tiles_ = BackwardTiles<HeadDim>>
+struct DkDvTraits : Tiles_ {
+  using Tiles = Tiles_;
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
   static constexpr int kBlockM = Tiles::kBlockM, kBlockN = Tiles::kBlockN;
   static constexpr int kThreads = Tiles::kWarps * 32;
+  // Four-warp CTAs are sized to run two per SM (one's barriers hide under the other's math).
+  static constexpr int kMinBlocksPerSm = Tiles::kWarps == 4 ? 2 : 1;
   static constexpr int kQStages = 2;
 
   using MmaSdP = WarpGridMma<Element, Tiles::kSdPWarpsM, Tiles::kWarps / Tiles::kSdPWarpsM>;
@@ -110,9 +114,9 @@ struct DkDvTraits : BackwardTiles<HeadDim> {
 };
 
 // The deterministic dQ kernel.
-template <class Element_, int HeadDim>
+template <class Element_, int HeadDim, class Tiles_ = BackwardTiles<HeadDim>>
 struct DqTraits {
-  using Tiles = BackwardTiles<HeadDim>;
+  using Tiles = Tiles_;
   using Element = Element_;
   static constexpr int kHeadDim = HeadDim;
   static constexpr int kBlockM = Tiles::kDqBlockM, kBlockN = Tiles::kDqBlockN;
