@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 
@@ -111,6 +112,35 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   return f;
 }
 
+// Per-device facts, queried once (a call's host time counts for short problems).
+struct DeviceFacts {
+  int sm_count, l2_bytes;
+};
+
+inline DeviceFacts device_facts(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sms[kMaxDevices], l2s[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices || sms[device].load(std::memory_order_relaxed) == 0) {
+    DeviceFacts f{};
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device));
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device));
+    if (device < 0 || device >= kMaxDevices) return f;
+    l2s[device].store(f.l2_bytes, std::memory_order_relaxed);
+    sms[device].store(f.sm_count, std::memory_order_release);
+  }
+  return {sms[device].load(std::memory_order_acquire), l2s[device].load(std::memory_order_relaxed)};
+}
+
+// Raises a kernel's dynamic shared-memory limit, once per device.
+template <auto kKernel>
+void allow_shared_memory(int bytes, int device) {
+  static std::atomic<unsigned long long> done{0};
+  const unsigned long long bit = device >= 0 && device < 64 ? 1ull << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit, std::memory_order_release);
+}
+
 template <class Traits, int kVariant>
 void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
@@ -119,8 +149,8 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 tiles of 128 rows",
                 std::to_string(tiles));
-  auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>>;
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  constexpr auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>>;
+  allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   // The tile counter lives in stream-ordered memory: zeroed, used and freed in stream order, so
   // concurrent calls on other streams have their own.
@@ -137,9 +167,7 @@ template <class Element, int HeadDim>
 void run_forward(const detail::ForwardProblem& p) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
   using Traits = ForwardTraits<Element, HeadDim>;
-  int sm_count = 0, l2_bytes = 0;
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, p.device_index));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, p.device_index));
+  const auto [sm_count, l2_bytes] = device_facts(p.device_index);
 #ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
   const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
   switch (env ? std::atoi(env) : kSoftmaxDefault) {
