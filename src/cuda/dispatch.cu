@@ -1,7 +1,8 @@
 // Chooses the kernel family and instance for a validated problem.
 //
-// Hopper (compute capability 9.0) runs the sm90 family where it is built and supports the
-// problem; every GPU from sm80 runs the sm80 family otherwise. FLASHATTN_CUDA_FAMILY=sm80 or
+// Hopper (compute capability 9.0) runs the sm90 family where it is built, supports the
+// problem and is the faster family (not for decoding: see kDecodeMaxQueryRows); every GPU from
+// sm80 runs the sm80 family otherwise. FLASHATTN_CUDA_FAMILY=sm80 or
 // sm90 in the environment forces one family (for benchmarks and tests).
 #include <cuda_runtime.h>
 
@@ -131,8 +132,10 @@ bool run_instance(Family family, const detail::BackwardProblem& p) {
   return false;
 }
 
-Family choose_family(const detail::Problem& p, const char* direction, int cc,
-                     bool sm90_supports) {
+// sm90_supports: the sm90 family can run the problem; sm90_preferred: and it is the faster
+// family for it (FLASHATTN_CUDA_FAMILY=sm90 still forces it where it is merely supported).
+Family choose_family(const detail::Problem& p, const char* direction, int cc, bool sm90_supports,
+                     bool sm90_preferred) {
   const char* forced = forced_family();
   if (forced && std::strcmp(forced, "sm90") == 0) {
     if (cc != 90 || !built(Family::sm90, direction, p.dtype, p.head_dim) || !sm90_supports)
@@ -141,7 +144,7 @@ Family choose_family(const detail::Problem& p, const char* direction, int cc,
     return Family::sm90;
   }
   const bool allow_sm90 = !(forced && std::strcmp(forced, "sm80") == 0);
-  if (allow_sm90 && cc == 90 && sm90_supports && built(Family::sm90, direction, p.dtype, p.head_dim))
+  if (allow_sm90 && cc == 90 && sm90_supports && sm90_preferred && built(Family::sm90, direction, p.dtype, p.head_dim))
     return Family::sm90;
   if (cc >= 80 && built(Family::sm80, direction, p.dtype, p.head_dim)) return Family::sm80;
   throw_not_built(p, direction, cc);
@@ -149,10 +152,18 @@ Family choose_family(const detail::Problem& p, const char* direction, int cc,
 
 }  // namespace
 
+// Decoding (a few query rows against a long KV cache) is bandwidth-bound: the sm80 family
+// packs a GQA group's query heads into one tile and splits the keys over CTAs (flash-decoding);
+// the sm90 kernel has neither. On an H100 (b=8, 32/8 heads, d=128, KV 4k-128k) sm90 read the
+// KV cache at 1.2-1.4 TB/s (bench/results/gpu_2026-11-23_h100_side_by_side.json), sm80 at
+// 1.25-2.99 TB/s in an earlier run (sm80/NOTES_forward.md).
+constexpr int kDecodeMaxQueryRows = 16;
+
 void forward(const detail::ForwardProblem& p) {
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
-  const Family family = choose_family(p, "forward", cc, sm90::supports_forward(p));
+  const bool decoding = p.seqlen_q <= kDecodeMaxQueryRows;
+  const Family family = choose_family(p, "forward", cc, sm90::supports_forward(p), !decoding);
   if (!run_instance(family, p)) throw_not_built(p, "forward", cc);
 }
 
