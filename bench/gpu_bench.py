@@ -175,15 +175,23 @@ def main():
     info.update(ceilings(dev))
     print(info, flush=True)
     rows = []
-    for fam in args.families.split(","):
-        ours(rows, args.flashattn_bin, fam, "train", args.quick)
-        ours(rows, args.flashattn_bin, fam, "decode", args.quick)
+    os.makedirs(args.out, exist_ok=True)
+
+    def save():  # after every part, so that a run cut short still leaves what it measured
+        with open(os.path.join(args.out, "gpu_bench.json"), "w") as f:
+            json.dump({"info": info, "rows": rows}, f, indent=1)
+
+    # Peers first: a run cut short then still holds ratios for whatever of ours it reached.
     if not args.skip_peers:
         peer_train(rows, dev, args.quick, args.flex)
+        save()
         peer_decode(rows, dev, args.quick)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "gpu_bench.json"), "w") as f:
-        json.dump({"info": info, "rows": rows}, f, indent=1)
+        save()
+    for fam in args.families.split(","):
+        ours(rows, args.flashattn_bin, fam, "train", args.quick)
+        save()
+        ours(rows, args.flashattn_bin, fam, "decode", args.quick)
+        save()
     report(rows, info)
 
 

@@ -1,0 +1,124 @@
+"""flashattn against PyTorch SDPA's backends in ONE process on one GPU, through the Python package.
+
+A cheaper companion of bench/gpu_bench.py: no C++ build beyond the package's own, every timing
+with triton.testing.do_bench (median, L2 flushed), each implementation on its native layout
+(ours (b, n, h, d), SDPA (b, h, n, d)). Training shapes as ../shared/ANCHORS.md (bf16, 16k
+tokens, hidden 2048); FLOPs forward 4*b*h*n*n*d (halved when causal), backward 2.5x forward.
+Decoding: one query, batch 8, 32 query heads over 8 KV heads, d=128, as K+V read bandwidth.
+Head dims the package was not built with are skipped.
+
+Usage: python side_by_side.py [--dims 64,128] [--json PATH]
+"""
+import argparse
+import datetime
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+from flashattn.torch import flash_attn_func
+
+PEERS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def ms(fn):
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def time_fwd_bwd(forward, inputs, dout):
+    t_fwd = ms(forward)
+    out = forward()
+    t_bwd = ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True))
+    return t_fwd, t_bwd
+
+
+def train_rows(dims, lens):
+    dev = "cuda"
+    for d in dims:
+        h = 2048 // d
+        for n in lens:
+            b = 16384 // n
+            for causal in (False, True):
+                flops = 4 * b * h * n * n * d / (2 if causal else 1)
+                row = {"d": d, "n": n, "b": b, "h": h, "causal": causal}
+                q, k, v = (torch.randn(b, n, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                           for _ in range(3))
+                do = torch.randn_like(q)
+                try:
+                    tf, tb = time_fwd_bwd(lambda: flash_attn_func(q, k, v, causal=causal), (q, k, v), do)
+                    row["flashattn"] = [flops / tf / 1e9, 2.5 * flops / tb / 1e9]
+                except Exception as e:  # head dim not built into the package
+                    row["flashattn_error"] = repr(e)[:160]
+                del q, k, v, do
+                q, k, v = (torch.randn(b, h, n, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                           for _ in range(3))
+                do = torch.randn_like(q)
+                for name, backend in PEERS.items():
+                    with sdpa_kernel(backend):
+                        tf, tb = time_fwd_bwd(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                              (q, k, v), do)
+                    row[name] = [flops / tf / 1e9, 2.5 * flops / tb / 1e9]
+                del q, k, v, do
+                torch.cuda.empty_cache()
+                print(json.dumps(row), flush=True)
+                yield row
+
+
+def decode_rows(lens):
+    for nk in lens:
+        row = {"n_k": nk}
+        q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(8, nk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        kv_bytes = 2 * k.numel() * k.element_size()
+        row["flashattn"] = kv_bytes / ms(lambda: flash_attn_func(q, k, v)) / 1e9
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        for name, backend in PEERS.items():
+            with sdpa_kernel(backend):
+                row[name] = kv_bytes / ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)) / 1e9
+        del q, k, v, qt, kt, vt
+        torch.cuda.empty_cache()
+        print(json.dumps(row), flush=True)
+        yield row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--lens", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--decode", default="4096,16384,65536,131072")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "method": "python/benchmarks/side_by_side.py: do_bench medians in one process"}
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    info["gemm_bf16_tflops"] = 2 * 8192**3 / ms(lambda: a @ a) / 1e9
+    del a
+    print(json.dumps(info), flush=True)
+    dims = [int(x) for x in args.dims.split(",") if x]
+    lens = [int(x) for x in args.lens.split(",") if x]
+    train = list(train_rows(dims, lens))
+    decode = list(decode_rows([int(x) for x in args.decode.split(",")])) if args.decode else []
+
+    print("\nbf16, 16k tokens, hidden 2048: TFLOP/s fwd / bwd, and flashattn / cudnn")
+    print(f"{'d':>4} {'n':>6} {'causal':>6} | {'flashattn':>11} | {'fa2':>11} | {'cudnn':>11} | ratio fwd, bwd")
+    for r in train:
+        if "flashattn" not in r:
+            continue
+        cell = lambda x: f"{x[0]:4.0f} / {x[1]:4.0f}"
+        ratio = f"{r['flashattn'][0] / r['cudnn'][0]:.2f}, {r['flashattn'][1] / r['cudnn'][1]:.2f}"
+        print(f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} | {cell(r['flashattn'])} | {cell(r['fa2'])} | "
+              f"{cell(r['cudnn'])} | {ratio}")
+    for r in decode:
+        print(f"decode KV {r['n_k']:>6}: TB/s flashattn {r['flashattn']:.2f}  fa2 {r['fa2']:.2f}  cudnn {r['cudnn']:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"info": info, "train": train, "decode": decode}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
