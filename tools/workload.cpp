@@ -127,9 +127,16 @@ RowCheck Workload::check_forward_rows(int rows) {
     st.device[4].download(st.out);
   }
   // Each sampled row is its own one-query reference problem over exactly the keys it sees, so
-  // the check costs O(rows * n_k * d) however long the sequence is.
-  HostTensor q32 = st.q.to_f32(), k32 = st.k.to_f32(), v32 = st.v.to_f32();
+  // the check costs O(rows * n_k * d) however long the sequence is: only those elements are
+  // converted to f32 (not whole tensors, gigabytes for a long KV cache).
   const std::int64_t d = s.head_dim, hk = s.kv_heads();
+  auto gather = [](const HostTensor& t, std::int64_t first, std::int64_t count, std::int64_t stride,
+                   std::int64_t width) {
+    std::vector<float> v(std::size_t(count * width));
+    for (std::int64_t r = 0; r < count; ++r)
+      for (std::int64_t e = 0; e < width; ++e) v[std::size_t(r * width + e)] = float(t.get(first + r * stride + e));
+    return v;
+  };
   std::mt19937_64 rng(st.seed ^ 0x9e3779b97f4a7c15ull);
   RowCheck result;
   result.tolerance = s.dtype == DType::f32 ? 1e-4 : s.dtype == DType::f16 ? 5e-3 : 2e-2;
@@ -143,15 +150,15 @@ RowCheck Workload::check_forward_rows(int rows) {
     if (range.end > range.begin) {
       const std::int64_t keys = range.end - range.begin;
       const std::int64_t k_offset = ((std::int64_t(b) * s.keys() + range.begin) * hk + hkv) * d;
+      std::vector<float> q1 = gather(st.q, row, 1, d, d), k1 = gather(st.k, k_offset, keys, hk * d, d),
+                         v1 = gather(st.v, k_offset, keys, hk * d, d);
       HostTensor out1(DType::f32, {1, 1, 1, d});
       ForwardArgs a;
       a.softcap = s.softcap;
       a.softmax_scale = 1.0f / std::sqrt(float(d));
-      a.q = TensorView::strided(static_cast<float*>(q32.data()) + row, DType::f32, {1, 1, 1, d}, {d, d, d, 1});
-      a.k = TensorView::strided(static_cast<float*>(k32.data()) + k_offset, DType::f32, {1, keys, 1, d},
-                                {keys * hk * d, hk * d, d, 1});
-      a.v = TensorView::strided(static_cast<float*>(v32.data()) + k_offset, DType::f32, {1, keys, 1, d},
-                                {keys * hk * d, hk * d, d, 1});
+      a.q = TensorView::contiguous(q1.data(), DType::f32, {1, 1, 1, d});
+      a.k = TensorView::contiguous(k1.data(), DType::f32, {1, keys, 1, d});
+      a.v = TensorView::contiguous(v1.data(), DType::f32, {1, keys, 1, d});
       a.out = out1.view();
       reference::forward(a);
       expected = out1.to_floats();
