@@ -96,6 +96,35 @@ def test_strided_views_are_read_and_written_in_place():
     assert np.all(buffer[..., d:] == 7.0), "nothing outside the view is written"
 
 
+class DLPackOnly:
+    """Shows an array through the DLPack protocol alone, as JAX, CuPy and other frameworks do."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_only_objects_are_read_and_written_in_place():
+    """Any DLPack producer works without copies: the outputs land in the producer's memory."""
+    rng = np.random.default_rng(5)
+    b, s, h, d = 2, 13, 2, 32
+    q, k, v, dout = (randn(rng, (b, s, h, d), np.float32) for _ in range(4))
+    out, lse = poisoned(q.shape, np.float32), poisoned((b, h, s), np.float32)
+    flashattn.forward(DLPackOnly(q), DLPackOnly(k), DLPackOnly(v), DLPackOnly(out), DLPackOnly(lse), causal=True)
+    ref_out, ref_lse, ref_dq, ref_dk, ref_dv = attention(q, k, v, dout=dout, causal=True)
+    assert rel_err(out, ref_out) < 1e-5
+    check_lse(lse, ref_lse)
+    dq, dk, dv = (poisoned(x.shape, np.float32) for x in (q, k, v))
+    flashattn.backward(*(DLPackOnly(x) for x in (dout, q, k, v, out, lse, dq, dk, dv)), causal=True)
+    for got, ref in ((dq, ref_dq), (dk, ref_dk), (dv, ref_dv)):
+        assert rel_err(got, ref) < 2e-5
+
+
 def test_read_only_inputs_and_optional_lse():
     rng = np.random.default_rng(4)
     q, k, v = (randn(rng, (1, 5, 2, 8), np.float32) for _ in range(3))
