@@ -72,8 +72,8 @@ Workload::Workload(const Shape& s, std::uint64_t seed) : state_(std::make_unique
   st.dq = HostTensor(s.dtype, {b, n, h, d});
   st.dk = HostTensor(s.dtype, {b, nk, hk, d});
   st.dv = HostTensor(s.dtype, {b, nk, hk, d});
-  std::mt19937_64 rng(seed);
-  for (HostTensor* t : {&st.q, &st.k, &st.v, &st.dout}) t->fill_normal(rng);
+  std::uint64_t stream = seed * 4;
+  for (HostTensor* t : {&st.q, &st.k, &st.v, &st.dout}) t->fill_normal_parallel(stream++);
   for (HostTensor* t : {&st.out, &st.lse, &st.dq, &st.dk, &st.dv}) t->poison();
   if (s.device == DeviceKind::cuda)
     for (HostTensor* t : st.tensors()) st.device.push_back(DeviceBuffer::upload(*t));

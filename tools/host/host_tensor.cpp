@@ -98,6 +98,24 @@ void HostTensor::fill_normal(std::mt19937_64& rng, float stddev) {
   for (std::int64_t i = 0; i < n; ++i) set(i, normal(rng));
 }
 
+void HostTensor::fill_normal_parallel(std::uint64_t seed, float stddev) {
+  auto splitmix64 = [](std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  const std::int64_t n = numel();
+  const std::uint64_t key = splitmix64(seed);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    // Box-Muller on two 32-bit uniforms of one 64-bit hash; u1 in (0, 1] keeps log finite.
+    const std::uint64_t bits = splitmix64(key ^ std::uint64_t(i));
+    const float u1 = (float(bits >> 40) + 1.0f) * 0x1p-24f, u2 = float(bits & 0xffffff) * 0x1p-24f;
+    set(i, stddev * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2));
+  }
+}
+
 void HostTensor::poison() { std::memset(bytes_.data(), 0xff, bytes_.size()); }
 
 std::vector<float> HostTensor::to_floats() const {

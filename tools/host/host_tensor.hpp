@@ -35,6 +35,10 @@ class HostTensor {
   void set(std::int64_t i, float value);
 
   void fill_normal(std::mt19937_64& rng, float stddev = 1.0f);
+  // The same distribution from a counter-based generator: element i depends on (seed, i) alone,
+  // so threads fill it in parallel and the values do not depend on their number. For
+  // benchmark inputs of gigabytes (a long KV cache), where fill_normal takes minutes.
+  void fill_normal_parallel(std::uint64_t seed, float stddev = 1.0f);
   // Every storage byte set to a NaN pattern (0xff), padding included.
   void poison();
   // All logical elements in row-major order as float.
