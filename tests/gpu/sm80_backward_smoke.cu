@@ -24,20 +24,12 @@
 #include "flashattn/error.hpp"
 #include "support/cases.hpp"
 #include "support/harness.hpp"
+#include "smoke_check.hpp"
 
 using namespace flashattn;
 using flashattn::testing::Case;
 
 namespace {
-
-#define CHECK_CUDA(x)                                                                \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));           \
-      std::exit(2);                                                                  \
-    }                                                                                \
-  } while (0)
 
 std::vector<Case> extra_cases() {
   std::vector<Case> t;

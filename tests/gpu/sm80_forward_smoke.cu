@@ -18,21 +18,13 @@
 #include "flashattn/error.hpp"
 #include "support/cases.hpp"
 #include "support/harness.hpp"
+#include "smoke_check.hpp"
 
 using namespace flashattn;
 using flashattn::testing::Case;
 namespace fwd = flashattn::cuda::sm80;
 
 namespace {
-
-#define CHECK_CUDA(x)                                                                \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));           \
-      std::exit(2);                                                                  \
-    }                                                                                \
-  } while (0)
 
 std::vector<Case> extra_cases(int d) {
   std::vector<Case> t;

@@ -31,17 +31,9 @@
 #include "flashattn/attention.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/reference.hpp"
+#include "smoke_check.hpp"
 
 using namespace flashattn;
-
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 namespace {
 

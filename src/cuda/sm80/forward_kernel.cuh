@@ -113,6 +113,19 @@ __global__ void __launch_bounds__(Traits::kThreads)
   Tensor tKsK = gmem_thr.partition_D(sK);
   Tensor tVsV = gmem_thr.partition_D(sV);
   Tensor tKVc = gmem_thr.partition_D(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // Writes the thread's 16-byte pieces of the block's output rows that exist (r < blk.rows);
+  // piece(m, k) gives the value of the piece at tQc(0, m, k).
+  auto store_out_rows = [&](auto piece) {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(tQc); ++m) {
+      const int r = get<0>(tQc(0, m, 0));
+      if (r >= blk.rows) continue;
+      Element* row_ptr = out_base + row_index(params.out_layout, r);
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tQc); ++k)
+        *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) = piece(m, k);
+    }
+  };
 
   // ---- the thread's accumulator coordinates -------------------------------------------------
   typename Traits::TiledMma tiled_mma;
@@ -138,15 +151,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
       }
       return;
     }
-    CUTE_UNROLL
-    for (int m = 0; m < size<1>(tQc); ++m) {
-      const int r = get<0>(tQc(0, m, 0));
-      if (r >= blk.rows) continue;
-      Element* row_ptr = out_base + row_index(params.out_layout, r);
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(tQc); ++k)
-        *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) = make_uint4(0, 0, 0, 0);
-    }
+    store_out_rows([](int, int) { return make_uint4(0, 0, 0, 0); });
     if (params.lse != nullptr)
       for (int r = tid; r < blk.rows; r += Traits::kThreads) {
         const int row = blk.row0 + r;
@@ -276,16 +281,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   auto smem_thr_o = smem_copy_o.get_thread_slice(tid);
   copy(smem_copy_o, smem_thr_o.retile_S(rO), smem_thr_o.partition_D(sO));
   __syncthreads();
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(tQc); ++m) {
-    const int r = get<0>(tQc(0, m, 0));
-    if (r >= blk.rows) continue;
-    Element* row_ptr = out_base + row_index(params.out_layout, r);
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tQc); ++k)
-      *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) =
-          *reinterpret_cast<const uint4*>(&tQsQ(0, m, k));
-  }
+  store_out_rows([&](int m, int k) { return *reinterpret_cast<const uint4*>(&tQsQ(0, m, k)); });
   if (params.lse != nullptr) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
