@@ -23,7 +23,10 @@
 
 namespace flashattn::cuda::sm80 {
 
-template <class Traits>
+// kSoftcap: the scores pass through softcap * tanh(scores / softcap). kAccumulateDq: dQ by
+// atomics (off in deterministic mode). Template parameters, so that no step carries the code
+// (or the branches) of a case it is not.
+template <class Traits, bool kSoftcap, bool kAccumulateDq>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -64,7 +67,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     return make_tensor(make_gmem_ptr(base),
                        make_layout(make_shape(tile_rows, HeadDim{}), make_stride(t.seq_stride, _1{})));
   };
-
+  // Per-step views are the first step's shifted by a uniform element offset, so that each
+  // thread's address arithmetic is done once, outside the loop.
+  const int row_first = m_first * kBlockM;
+  auto shifted = [](const auto& t, std::int64_t offset) { return make_tensor(t.data() + offset, t.layout()); };
+  auto step_offset = [&](const detail::SeqTensor& t, Step s) {
+    return std::int64_t(s.head - head_first) * t.head_stride + std::int64_t(s.m_block * kBlockM - row_first) * t.seq_stride;
+  };
   // Shared memory.
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
@@ -85,15 +94,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   auto load_thr = gmem_load.get_thread_slice(tid);
   Tensor load_coords_m = load_thr.partition_S(make_identity_tensor(Shape<BlockM, HeadDim>{}));
   Tensor load_coords_n = load_thr.partition_S(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  Tensor tQgQ = load_thr.partition_S(row_tile(p.q, seq.row_q + row_first, head_first, BlockM{}));
+  Tensor tdOgdO = load_thr.partition_S(row_tile(p.dout, seq.row_q + row_first, head_first, BlockM{}));
   auto load_q = [&](Step s, int stage) {
-    const int row0 = s.m_block * kBlockM;
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.q, seq.row_q + row0, s.head, BlockM{})),
-                    load_thr.partition_D(sQ(_, _, stage)), load_coords_m, seq.len_q - row0);
+    load_rows_async(gmem_load, shifted(tQgQ, step_offset(p.q, s)), load_thr.partition_D(sQ(_, _, stage)),
+                    load_coords_m, seq.len_q - s.m_block * kBlockM);
   };
   auto load_dout = [&](Step s) {
-    const int row0 = s.m_block * kBlockM;
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.dout, seq.row_q + row0, s.head, BlockM{})),
-                    load_thr.partition_D(sdO), load_coords_m, seq.len_q - row0);
+    load_rows_async(gmem_load, shifted(tdOgdO, step_offset(p.dout, s)), load_thr.partition_D(sdO),
+                    load_coords_m, seq.len_q - s.m_block * kBlockM);
   };
 
   // The three warp arrangements and their ldmatrix copies (backward_config.cuh).
@@ -142,7 +151,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
   // Tile-local (row, key) and (row, dim) coordinates of the accumulators.
   Tensor s_coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{})));
-  Tensor dq_coords = rowcol_view(thr_dq.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{})));
   constexpr int kRows = decltype(size<0>(s_coords))::value;
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
@@ -151,8 +159,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   clear(acc_dv);
 
   const ScoreTransform transform = ScoreTransform::make(p.scale, p.softcap);
-  const bool softcap = p.softcap > 0;
-  const bool accumulate_dq = p.dq_accum != nullptr;
+  // dQ accumulator rows of the first step; later steps shift them (rows are (query, head)
+  // interleaved).
+  const std::int64_t dq_row_stride = std::int64_t(p.heads_q) * kHeadDim;
+  Tensor tdQgdQ = thr_dq.partition_C(make_tensor(
+      make_gmem_ptr(kAccumulateDq ? p.dq_accum + p.dq_accum_row(b, seq.dense_q, row_first) * dq_row_stride +
+                                        head_first * kHeadDim
+                                  : nullptr),
+      make_layout(Shape<BlockM, HeadDim>{}, make_stride(dq_row_stride, _1{}))));
 
   if (steps > 0) {
     load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.k, seq.row_k + key0, kv_head, BlockN{})),
@@ -164,12 +178,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   }
   cp_async_fence();
 
-  Step current{head_first, m_first};
-  for (int step = 0; step < steps; ++step) {
-    const int stage = step & 1;
+  // One step. `next` is the step whose Q and dO load during this one (the last step reloads
+  // its own: a uniform, unpredicated load costs less than the predicates it would need).
+  // kMasked: the tile needs element-wise masking. Instantiated once per kind of tile and
+  // chosen by a branch: were the two merged, every tile would issue both.
+  auto run_step = [&](int stage, Step current, Step next, const BlockMask& tile_mask, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
     const int head = current.head;
     const int row0 = current.m_block * kBlockM;
-    const Step next = next_step(current);
     const int valid_rows = seq.len_q - row0;
     const std::int64_t stats_offset = std::int64_t(head) * p.dense_rows_q + seq.dense_q + row0;
     float lse_log2[kRows], delta[kRows];
@@ -185,15 +201,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, tSsQ(_, _, _, stage), tSsK, ldsm_sdp_a, ldsm_sdp_b);
     gemm_smem(mma_sdp, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV, ldsm_sdp_a, ldsm_sdp_b);
 
-    if (step + 1 < steps) load_q(next, stage ^ 1);
+    load_q(next, stage ^ 1);
     cp_async_fence();
 
-    const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
-                              min(row0 + kBlockM, seq.len_q) - 1};
-    const bool masked = !tile_mask.tile_fully_visible(blockIdx.x, kBlockN);
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    scores_to_gradients(s_rc, dp_rc, s_coords, lse_log2, delta, transform, softcap, masked, tile_mask, key0);
+    scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
 
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), tPsP);
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), tdSsdS);
@@ -201,20 +214,31 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
     gemm_smem(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, tdVsdOt, ldsm_dkv_a, ldsm_dkv_b);
     __syncthreads();  // every warp is done with dO
-    if (step + 1 < steps) load_dout(next);
+    load_dout(next);
     cp_async_fence();
 
-    if (accumulate_dq) {
+    if constexpr (kAccumulateDq) {
+      // Whole blocks, rows past the sequence's end included (they add zeros to the padding):
+      // no branches, so the compiler interleaves the atomics with the dK GEMM below.
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
       clear(acc_dq);
       gemm_smem(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, ldsm_dq_a, ldsm_dq_b);
-      float* dq_rows = p.dq_accum + ((seq.dense_q + row0) * p.heads_q + head) * std::int64_t(kHeadDim);
-      Tensor g_dq = make_tensor(make_gmem_ptr(dq_rows),
-                                make_layout(Shape<BlockM, HeadDim>{},
-                                            make_stride(std::int64_t(p.heads_q) * kHeadDim, _1{})));
-      atomic_add_rows(rowcol_view(acc_dq), rowcol_view(thr_dq.partition_C(g_dq)), dq_coords, valid_rows);
+      const std::int64_t dq_offset = std::int64_t(row0 - row_first) * dq_row_stride + (head - head_first) * kHeadDim;
+      atomic_add(acc_dq, shifted(tdQgdQ, dq_offset));
     }
     gemm_smem(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt(_, _, _, stage), ldsm_dkv_a, ldsm_dkv_b);
+  };
+
+  Step current{head_first, m_first};
+  for (int step = 0; step < steps; ++step) {
+    const Step next = step + 1 < steps ? next_step(current) : current;
+    const int row0 = current.m_block * kBlockM;
+    const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
+                              min(row0 + kBlockM, seq.len_q) - 1};
+    if (tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
+      run_step(step & 1, current, next, tile_mask, cute::false_type{});
+    else
+      run_step(step & 1, current, next, tile_mask, cute::true_type{});
     current = next;
   }
 

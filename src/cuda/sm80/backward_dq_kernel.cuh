@@ -14,7 +14,8 @@
 
 namespace flashattn::cuda::sm80 {
 
-template <class Traits>
+// kSoftcap: as in the main kernel (backward_dkdv_kernel.cuh).
+template <class Traits, bool kSoftcap>
 __global__ void __launch_bounds__(Traits::kThreads)
     backward_dq_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -58,11 +59,15 @@ __global__ void __launch_bounds__(Traits::kThreads)
   auto load_thr = gmem_load.get_thread_slice(tid);
   Tensor load_coords_m = load_thr.partition_S(make_identity_tensor(Shape<BlockM, HeadDim>{}));
   Tensor load_coords_n = load_thr.partition_S(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  // Key blocks after the first: its per-thread views shifted by a uniform offset.
+  Tensor tKgK = load_thr.partition_S(row_tile(p.k, seq.row_k + n_first * kBlockN, kv_head, BlockN{}));
+  Tensor tVgV = load_thr.partition_S(row_tile(p.v, seq.row_k + n_first * kBlockN, kv_head, BlockN{}));
   auto load_kv = [&](int n_block, int stage) {
     const int key0 = n_block * kBlockN;
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.k, seq.row_k + key0, kv_head, BlockN{})),
+    const std::int64_t rows = key0 - n_first * kBlockN;
+    load_rows_async(gmem_load, make_tensor(tKgK.data() + rows * p.k.seq_stride, tKgK.layout()),
                     load_thr.partition_D(sK(_, _, stage)), load_coords_n, seq.len_k - key0);
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.v, seq.row_k + key0, kv_head, BlockN{})),
+    load_rows_async(gmem_load, make_tensor(tVgV.data() + rows * p.v.seq_stride, tVgV.layout()),
                     load_thr.partition_D(sV(_, _, stage)), load_coords_n, seq.len_k - key0);
   };
 
@@ -98,11 +103,13 @@ __global__ void __launch_bounds__(Traits::kThreads)
   cp_async_fence();
 
   const ScoreTransform transform = ScoreTransform::make(p.scale, p.softcap);
-  const bool softcap = p.softcap > 0;
   Tensor acc_dq = partition_fragment_C(mma, Shape<BlockM, HeadDim>{});
   clear(acc_dq);
 
-  for (int i = 0; i < n_count; ++i) {
+  // One key block; kMasked: it needs element-wise masking (a branch per block, not predicates
+  // per element: see the main kernel).
+  auto run_block = [&](int i, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
     const int stage = i & 1;
     const int key0 = (n_first + i) * kBlockN;
     cp_async_wait<0>();
@@ -117,13 +124,18 @@ __global__ void __launch_bounds__(Traits::kThreads)
     gemm_smem(mma, acc_s, tSrQ, tSrK, tSsQ, tSsK(_, _, _, stage), ldsm_a, ldsm_b);
     gemm_smem(mma, acc_dp, tdPrdO, tdPrV, tdPsdO, tdPsV(_, _, _, stage), ldsm_a, ldsm_b);
 
-    const bool masked = !mask.tile_fully_visible(n_first + i, kBlockN);
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    scores_to_gradients(s_rc, dp_rc, s_coords, lse_log2, delta, transform, softcap, masked, mask, key0);
+    scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0);
 
     Tensor ds = convert_fragment<Element>(acc_dp);
     gemm_reg_smem(mma, acc_dq, make_tensor(ds.data(), accumulator_as_a_operand_layout(ds.layout())), tdQrKt, tdQsKt(_, _, _, stage), ldsm_bt);
+  };
+  for (int i = 0; i < n_count; ++i) {
+    if (mask.tile_fully_visible(n_first + i, kBlockN))
+      run_block(i, cute::false_type{});
+    else
+      run_block(i, cute::true_type{});
   }
 
   CUTE_UNROLL

@@ -104,7 +104,9 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const std::size_t stats_count = std::size_t(problem.heads_q) * p.dense_rows_q;
   const std::size_t lse_at = plan.add<float>(stats_count);
   const std::size_t delta_at = plan.add<float>(stats_count);
-  const std::size_t dq_count = std::size_t(p.dense_rows_q) * problem.heads_q * HeadDim;
+  p.dq_pad_rows = Main::kBlockM;
+  const std::size_t dq_count =
+      (std::size_t(p.dense_rows_q) + std::size_t(problem.batch) * p.dq_pad_rows) * problem.heads_q * HeadDim;
   const std::size_t dq_at = problem.deterministic ? 0 : plan.add<float>(dq_count);
   const std::size_t partial_count = std::size_t(p.head_splits) * p.dense_rows_k * problem.heads_kv * HeadDim;
   const bool split_group = p.head_splits > 1;
@@ -125,11 +127,17 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const unsigned batch = unsigned(problem.batch);
   const dim3 q_rows_grid(ceil_div(problem.seqlen_q, Rows::kRowsPerBlock), problem.heads_q, batch);
   launch(backward_preprocess_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
-  launch(backward_dkdv_kernel<Main>, dim3(n_blocks, problem.heads_kv * p.head_splits, batch), Main::kThreads,
-         Main::kSmemBytes, stream, p);
+  const dim3 main_grid(n_blocks, problem.heads_kv * p.head_splits, batch);
+  if (problem.deterministic)
+    launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, false> : backward_dkdv_kernel<Main, false, false>,
+           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
+  else
+    launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, true> : backward_dkdv_kernel<Main, false, true>,
+           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
   if (problem.deterministic) {
-    launch(backward_dq_kernel<DqOnly>, dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch),
-           DqOnly::kThreads, DqOnly::kSmemBytes, stream, p);
+    launch(p.softcap > 0 ? backward_dq_kernel<DqOnly, true> : backward_dq_kernel<DqOnly, false>,
+           dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch), DqOnly::kThreads,
+           DqOnly::kSmemBytes, stream, p);
   } else {
     launch(backward_dq_convert_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   }

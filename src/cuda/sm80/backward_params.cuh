@@ -24,9 +24,17 @@ struct BackwardParams {
   std::int64_t dense_rows_q = 0, dense_rows_k = 0;  // batch * seqlen_q, batch * seqlen_k
   float* lse_log2 = nullptr;  // LSE * log2(e); +inf where LSE is -inf (rows that see no key)
   float* delta = nullptr;     // D = rowsum(dO * O)
-  // fp32 dQ accumulator [dense_rows_q][heads_q][head_dim]; null in deterministic mode, where a
-  // separate kernel computes dQ without atomics.
+  // fp32 dQ accumulator [dense_rows_q + batch * dq_pad_rows][heads_q][head_dim]; null in
+  // deterministic mode, where a separate kernel computes dQ without atomics. Each sequence's rows
+  // are followed by dq_pad_rows (a query block) of padding, so that the main kernel adds whole
+  // query blocks without testing rows against the sequence's end (the padding receives zeros).
   float* dq_accum = nullptr;
+  int dq_pad_rows = 0;
+
+  // Row of the dQ accumulator that holds row `row` of sequence b (dense_q: its first dense row).
+  FA_HOST_DEVICE std::int64_t dq_accum_row(int b, std::int64_t dense_q, int row) const {
+    return dense_q + std::int64_t(b) * dq_pad_rows + row;
+  }
 
   // GQA: the query heads of one KV head are split into head_splits chunks, one CTA column each.
   // With more than one chunk, each writes fp32 partial dK/dV

@@ -74,27 +74,6 @@ __device__ __forceinline__ void scores_to_gradients(S& s, DP& dp, const Coords& 
   }
 }
 
-// Picks the instance for this tile: the mask only where the tile is not fully visible, the
-// softcap chain rule only when softcap is on (both uniform across the CTA).
-template <class S, class DP, class Coords, int kRows>
-__device__ __forceinline__ void scores_to_gradients(S& s, DP& dp, const Coords& coords,
-                                                    const float (&lse_log2)[kRows],
-                                                    const float (&delta)[kRows],
-                                                    const ScoreTransform& tf, bool softcap,
-                                                    bool masked, const BlockMask& mask, int key0) {
-  if (softcap) {
-    if (masked) scores_to_gradients<true, true>(s, dp, coords, lse_log2, delta, tf, mask, key0);
-    else scores_to_gradients<false, true>(s, dp, coords, lse_log2, delta, tf, mask, key0);
-  } else {
-    if (masked) scores_to_gradients<true, false>(s, dp, coords, lse_log2, delta, tf, mask, key0);
-    else scores_to_gradients<false, false>(s, dp, coords, lse_log2, delta, tf, mask, key0);
-  }
-}
-
-}  // namespace flashattn::cuda::sm80
-
-namespace flashattn::cuda::sm80 {
-
 // Loads LSE*log2(e) and D for the rows of a thread's rows/cols view (coords: tile-local).
 // Rows at or beyond `valid_rows` get LSE = +inf and D = 0, so their P and dS are exactly 0.
 template <class Coords, int kRows>

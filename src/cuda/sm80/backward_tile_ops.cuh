@@ -5,6 +5,8 @@
 #include <cute/tensor.hpp>
 #include <cutlass/array.h>
 
+#include "cuda/common/fragment.cuh"
+
 namespace flashattn::cuda::sm80 {
 
 // acc += A * B, both operands in shared memory. rA, rB: the thread's register fragments
@@ -70,23 +72,23 @@ __device__ __forceinline__ void store_rows(const TiledCopy& tiled_copy, const Sr
     if (get<0>(coords(0, m, 0)) < valid_rows) copy(tiled_copy, src(_, m, _), dst(_, m, _));
 }
 
-// dst[i] += acc[i] for an accumulator in rows/cols view, by column pairs; rows at or beyond
-// `valid_rows` are skipped. Hopper has 8-byte float atomics; sm80 uses two 4-byte ones.
-template <class Acc, class Dst, class Coords>
-__device__ __forceinline__ void atomic_add_rows(const Acc& acc, Dst&& dst, const Coords& coords,
-                                                int valid_rows) {
+// dst[i] += acc[i] for an accumulator and its global partition (thr_mma.partition_C), by pairs
+// of adjacent columns. Hopper has 8-byte float atomics; sm80 uses two 4-byte ones.
+template <class Acc, class Dst>
+__device__ __forceinline__ void atomic_add(const Acc& acc, const Dst& dst) {
   using namespace cute;
+  Tensor acc_rc = rowcol_view(acc);
+  Tensor dst_rc = rowcol_view(dst);
   CUTE_UNROLL
-  for (int r = 0; r < size<0>(acc); ++r) {
-    if (get<0>(coords(r, 0)) >= valid_rows) continue;
+  for (int r = 0; r < size<0>(acc_rc); ++r) {
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(acc); c += 2) {
-      float* address = &dst(r, c);
+    for (int c = 0; c < size<1>(acc_rc); c += 2) {
+      float* address = &dst_rc(r, c);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float2*>(address), make_float2(acc(r, c), acc(r, c + 1)));
+      atomicAdd(reinterpret_cast<float2*>(address), make_float2(acc_rc(r, c), acc_rc(r, c + 1)));
 #else
-      atomicAdd(address, acc(r, c));
-      atomicAdd(address + 1, acc(r, c + 1));
+      atomicAdd(address, acc_rc(r, c));
+      atomicAdd(address + 1, acc_rc(r, c + 1));
 #endif
     }
   }
