@@ -40,6 +40,7 @@ struct PingPong {
 
 template <class Traits, class Softmax>
 CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                               typename Traits::PipelineQ& pipeline_q,
                                typename Traits::PipelineK& pipeline_k,
                                typename Traits::PipelineV& pipeline_v,
                                typename Traits::PipelineTile& pipeline_tile, int thread, int warp_group) {
@@ -56,7 +57,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
-  Tensor tSrQ = thread_qk.partition_fragment_A(sQ);   // descriptors
+  Tensor tSrQ = thread_qk.partition_fragment_A(sQ);   // descriptors (.., stage)
   Tensor tSrK = thread_qk.partition_fragment_B(sK);   // (.., stage)
   Tensor tOrV = thread_pv.partition_fragment_B(sVt);  // (.., stage)
 
@@ -70,12 +71,12 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   Tensor out_coords = gmma_rowcol(thread_pv.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapePV{}))));
   constexpr int kRows = decltype(size<0>(scores))::value;
 
+  auto state_q = typename Traits::PipelineQ::PipelineState{};
   auto state_k = typename Traits::PipelineK::PipelineState{};
   auto state_v = typename Traits::PipelineV::PipelineState{};
   const PingPong<Traits::kConsumerWarpGroups> turns{warp_group};
   turns.start();
   Softmax softmax(p.scale_log2);
-  int q_phase = 0;
   const int num_tiles = p.scheduler.num_tiles();
 
   typename Traits::PipelineTile::PipelineState state_tile;
@@ -128,14 +129,14 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 
     softmax.reset();
     clear(tOrO);
-    smem.q_full.wait(q_phase);
-    q_phase ^= 1;
+    pipeline_q.consumer_wait(state_q);
+    Tensor tSrQ_tile = tSrQ(_, _, _, state_q.index());
 
     // Last key block: S only.
     int block = blocks.end - 1;
     pipeline_k.consumer_wait(state_k);
     turns.wait_turn();
-    warpgroup_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+    warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
     turns.pass_turn();
     warpgroup_wait<0>();
     pipeline_k.consumer_release(state_k);
@@ -149,7 +150,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     for (--block; block >= blocks.begin; --block) {
       pipeline_k.consumer_wait(state_k);
       turns.wait_turn();
-      warpgroup_gemm<true>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+      warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
       Softmax::rescale(out, correction);
       pipeline_v.consumer_wait(state_v);
       warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
@@ -165,7 +166,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       to_probabilities();
     }
     if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of the tile is complete
-      cutlass::arch::NamedBarrier::arrive(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp, kBarrierQueryEmpty);
+      pipeline_q.consumer_release(state_q);
 
     // First key block: P.V only.
     Softmax::rescale(out, correction);
@@ -180,8 +181,11 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     float lse[kRows];
     softmax.finalize(out, p.logit_scale, lse);
     ForwardEpilogue<Traits>::store(p, smem, plan_tile(p, index), tOrO, out_coords, lse, thread);
+    if constexpr (Traits::kOutputInQueryTile)  // the store has read the output tile
+      pipeline_q.consumer_release(state_q);
+    ++state_q;
   }
-  if (thread == 0) tma_store_wait<0>();  // shared memory must outlive the last store
+  if (thread % 128 == 0) tma_store_wait<0>();  // shared memory must outlive the last store
 }
 
 }  // namespace flashattn::cuda::sm90

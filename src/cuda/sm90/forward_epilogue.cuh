@@ -1,8 +1,10 @@
 #pragma once
 // Epilogue of the sm90 forward: the normalized output tile goes registers -> shared memory
-// (stmatrix) -> global memory, by one TMA store for fixed-length batches (TMA clips the rows
-// past seqlen_q) and by 16-byte stores limited to the sequence's rows for variable length (the
-// packed tensor continues with the next sequence). The LSE goes straight from registers.
+// (stmatrix) -> global memory. Each consumer warpgroup stores its own 64-row half, by one TMA
+// store for fixed-length batches (TMA clips the rows past seqlen_q) and by 16-byte stores
+// limited to the sequence's rows for variable length (the packed tensor continues with the
+// next sequence), so that neither waits for the other and their ping-pong offset carries
+// over into the next tile. The LSE goes straight from registers.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -13,6 +15,7 @@ namespace flashattn::cuda::sm90 {
 
 template <class Traits>
 struct ForwardEpilogue {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
   using Element = typename Traits::Element;
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kHeadDim = Traits::kHeadDim;
@@ -52,43 +55,51 @@ struct ForwardEpilogue {
       }
     }
 
-    Tensor sO = make_tensor(make_smem_ptr(smem_output(smem)), typename Traits::SmemLayoutO{});
-    auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::TiledMmaPV{});
-    auto thread_copy = smem_copy.get_thread_slice(thread);
+    // This warpgroup's half of the tile: rows [64 * warp_group, 64 * warp_group + 64).
+    const int warp_group = thread / 128, lane = thread % 128;
+    Tensor sO = make_tensor(make_smem_ptr(smem_output(smem)), typename Traits::SmemLayoutO{})(_, _, warp_group);
+    auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::WarpGroupMmaPV{});
+    auto thread_copy = smem_copy.get_thread_slice(lane);
     Tensor converted = convert_fragment<Element>(tOrO);
     Tensor src = thread_copy.retile_S(converted);
     Tensor dst = thread_copy.partition_D(sO);
 
-    // The previous tile's store must have finished reading the shared tile.
-    if (thread == 0) tma_store_wait<0>();
-    cutlass::arch::NamedBarrier::sync(kThreads, kBarrierEpilogue);
+    if constexpr (Traits::kOutputInQueryTile) {
+      // The output overwrites Q: both warpgroups must be done with their QK^T.
+      NamedBarrier::sync(kThreads, kBarrierEpilogue);
+    } else {
+      // This warpgroup's previous store must have finished reading its half.
+      if (lane == 0) tma_store_wait<0>();
+      NamedBarrier::sync(128, kBarrierEpilogueWarpGroup0 + warp_group);
+    }
     copy(smem_copy, src, dst);
     cutlass::arch::fence_view_async_shared();  // make the stores visible to the TMA unit
-    cutlass::arch::NamedBarrier::sync(kThreads, kBarrierEpilogue);
+    NamedBarrier::sync(128, kBarrierEpilogueWarpGroup0 + warp_group);
 
+    const int row0 = warp_group * Traits::kRowsPerWarpGroup;
     if (p.cu_seqlens_q == nullptr) {
-      if (thread == 0) {
+      if (lane == 0 && row0 < w.rows) {  // TMA clips the rows past seqlen_q
         Tensor mO = p.tma_o.get_tma_tensor(p.shape_o);
-        Tensor gO = local_tile(mO(_, _, w.coord.head, w.coord.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                               make_coord(w.coord.m_block, _0{}));
+        Tensor gO = local_tile(mO(_, _, w.coord.head, w.coord.batch),
+                               Shape<Int<Traits::kRowsPerWarpGroup>, Int<kHeadDim>>{},
+                               make_coord(w.coord.m_block * Traits::kConsumerWarpGroups + warp_group, _0{}));
         auto tma_o = p.tma_o.get_slice(_0{});
         copy(p.tma_o, tma_o.partition_S(sO), tma_o.partition_D(gO));
         tma_store_arrive();
       }
     } else {
-      Element* out = output_rows(p, w);
-      for (int i = thread; i < w.rows * kChunksPerRow; i += kThreads) {
+      Element* out = output_rows(p, w) + std::int64_t(row0) * p.out_seq_stride;
+      const int rows = min(Traits::kRowsPerWarpGroup, w.rows - row0);
+      for (int i = lane; i < rows * kChunksPerRow; i += 128) {
         const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
         *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) =
             *reinterpret_cast<const uint4*>(&sO(row, col));
       }
     }
 
-    if constexpr (Traits::kOutputInQueryTile) {
-      // The output shares Q's memory: the producer may load the next Q once it is read.
-      if (thread == 0) tma_store_wait<0>();
-      cutlass::arch::NamedBarrier::arrive(kThreads + cutlass::NumThreadsPerWarp, kBarrierQueryEmpty);
-    }
+    // Over Q, the store must be complete before the caller releases Q's stage to the producer.
+    if constexpr (Traits::kOutputInQueryTile)
+      if (lane == 0) tma_store_wait<0>();
   }
 
   // A tile whose rows see no key: output 0 and LSE -inf, written directly (no shared memory:

@@ -32,7 +32,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
-    smem.q_full.init(1);
   }
 
   using PipelineK = typename Traits::PipelineK;
@@ -44,6 +43,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   pipeline_params.transaction_bytes = Traits::kKeyBytes;
   PipelineK pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
   PipelineV pipeline_v(smem.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+  using PipelineQ = typename Traits::PipelineQ;
+  typename PipelineQ::Params query_params;
+  query_params.role = warp_group == 0 ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;
+  query_params.is_leader = leader;
+  query_params.num_consumers = Traits::kConsumerThreads;
+  query_params.transaction_bytes = Traits::kQueryBytes;
+  PipelineQ pipeline_q(smem.pipeline_q, query_params, Shape<_1, _1, _1>{});
   using PipelineTile = typename Traits::PipelineTile;
   typename PipelineTile::Params tile_params;
   tile_params.role = warp_group == 0 ? PipelineTile::ThreadCategory::Producer : PipelineTile::ThreadCategory::Consumer;
@@ -55,10 +61,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (producer_warp) run_producer(params, smem, pipeline_k, pipeline_v, pipeline_tile, leader);
+    if (producer_warp) run_producer(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    run_consumers<Traits, Softmax>(params, smem, pipeline_k, pipeline_v, pipeline_tile,
+    run_consumers<Traits, Softmax>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile,
                                    int(threadIdx.x) - 128, warp_group - 1);
   }
 #endif

@@ -65,14 +65,14 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   auto k = tma_view<Traits>(static_cast<const Element*>(k_data), rows_k, p.heads_kv, batch, p.k);
   auto v = tma_view<Traits>(static_cast<const Element*>(v_data), rows_k, p.heads_kv, batch, p.v);
   auto o = tma_view<Traits>(static_cast<Element*>(p.out.data), rows_q, p.heads_q, batch, p.out);
-  f.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{},
+  f.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename Traits::SmemLayoutQ{}),
                           Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
   f.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
   f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
-  f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{},
-                          Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
+  f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, take<0, 2>(typename Traits::SmemLayoutO{}),
+                          Shape<Int<Traits::kRowsPerWarpGroup>, Int<Traits::kHeadDim>>{}, _1{});
   f.shape_q = q.shape();
   f.shape_k = k.shape();
   f.shape_o = o.shape();

@@ -1,8 +1,9 @@
 #pragma once
 // The producer warp of the sm90 forward: issues every TMA load of the CTA's tiles and nothing
-// else. Per tile: the first K block, then Q (once the consumers are done with the previous
-// tile's Q), then K and V interleaved in the order the consumers use them (K of block j - 1
-// before V of block j, since QK^T of the next block runs ahead of P.V of the current one).
+// else. Per tile: the first K block, then Q (into a free Q stage: up to head dim 128 there are
+// two, so the next tile's Q arrives while this one runs), then K and V interleaved in the
+// order the consumers use them (K of block j - 1 before V of block j, since QK^T of the next
+// block runs ahead of P.V of the current one).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -21,6 +22,7 @@ CUTE_DEVICE auto group_all_but_last(Tensor&& t) {
 
 template <class Traits>
 CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                              typename Traits::PipelineQ& pipeline_q,
                               typename Traits::PipelineK& pipeline_k,
                               typename Traits::PipelineV& pipeline_v,
                               typename Traits::PipelineTile& pipeline_tile, bool leader) {
@@ -38,12 +40,12 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   auto tma_v = p.tma_v.get_slice(_0{});
   Tensor tKsK = group_all_but_last(tma_k.partition_D(sK));  // (TMA, stage)
   Tensor tVsV = group_all_but_last(tma_v.partition_D(sV));
-  Tensor tQsQ = tma_q.partition_D(sQ);
+  Tensor tQsQ = tma_q.partition_D(sQ);  // (TMA, 1, 1, stage)
 
+  auto state_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
   auto state_k = cutlass::make_producer_start_state<typename Traits::PipelineK>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
   auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
-  bool first_tile = true;
   const int num_tiles = p.scheduler.num_tiles();
 
   // Tells the consumers which tile comes next (num_tiles or more: none).
@@ -97,15 +99,12 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
 
     const int last = w.key_blocks.end - 1;
     load_k(last);
-    // The consumers signal when the previous tile's Q (or the output tile sharing its memory)
-    // is no longer read.
-    if (!first_tile)
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + cutlass::NumThreadsPerWarp, kBarrierQueryEmpty);
-    first_tile = false;
-    if (leader) {
-      smem.q_full.arrive_and_expect_tx(Traits::kQueryBytes);
-      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.q_full)), tQgQ, tQsQ);
-    }
+    // A Q stage is free once the consumers are done with the Q (or the output tile sharing
+    // its memory) that it held two tiles ago (one tile ago above head dim 128).
+    pipeline_q.producer_acquire(state_q);
+    if (leader)
+      copy(p.tma_q.with(*pipeline_q.producer_get_barrier(state_q)), tQgQ, tQsQ(_, _, _, state_q.index()));
+    ++state_q;
     for (int block = last - 1; block >= w.key_blocks.begin; --block) {
       load_k(block);
       load_v(block + 1);

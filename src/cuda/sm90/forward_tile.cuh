@@ -12,9 +12,9 @@ namespace flashattn::cuda::sm90 {
 
 // Named barriers (hardware ids above those CUTLASS reserves).
 enum ForwardBarrier : uint32_t {
-  kBarrierQueryEmpty = 0,   // consumers -> producer: the Q tile may be overwritten
-  kBarrierEpilogue = 1,     // the consumer warpgroups around the shared output tile
-  kBarrierWarpGroup0 = 2,   // ping-pong: consumer warpgroup w waits on kBarrierWarpGroup0 + w
+  kBarrierEpilogue = 1,            // both consumer warpgroups, before the output overwrites Q
+  kBarrierWarpGroup0 = 2,          // ping-pong: consumer warpgroup w waits on kBarrierWarpGroup0 + w
+  kBarrierEpilogueWarpGroup0 = 4,  // warpgroup w around its half of the output tile
 };
 
 // Where sequence b lives: its lengths and, for variable length, its first row in the packed

@@ -49,9 +49,13 @@ struct ForwardTraits {
   static constexpr int kStages = 2;
   // Above 128 the output tile reuses Q's shared memory (the epilogue runs after the last QK^T).
   static constexpr bool kOutputInQueryTile = kHeadDim > 128;
+  // Up to 128, Q is double-buffered: the next tile's Q loads while this one's runs, so a
+  // consumer warpgroup starts its next tile as soon as its epilogue is issued.
+  static constexpr int kQueryStages = kOutputInQueryTile ? 1 : 2;
 
   // Roles and registers (setmaxnreg): 24 for the producer, 240 for each consumer thread.
-  static constexpr int kConsumerWarpGroups = kBlockM / 64;
+  static constexpr int kRowsPerWarpGroup = 64;
+  static constexpr int kConsumerWarpGroups = kBlockM / kRowsPerWarpGroup;
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kProducerRegisters = 24;
@@ -72,7 +76,8 @@ struct ForwardTraits {
   // Shared memory. Q, K and O are K-major (head dim contiguous, as in global memory). V is
   // stored the same way and read by the P.V GEMM as V^T, an MN-major B operand.
   using RowAtom = decltype(smem_layout_atom<Element, kHeadDim, GMMA::Major::K>());
-  using SmemLayoutQ = decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutQ =
+      decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQueryStages>>{}));
   using SmemLayoutK =
       decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutVt = decltype(tile_to_shape(
@@ -82,8 +87,17 @@ struct ForwardTraits {
   using SmemLayoutV = decltype(composition(
       SmemLayoutVt{},
       make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutO = SmemLayoutQ;
+  // The output tile as one (64 rows, head dim) half per consumer warpgroup: each warpgroup
+  // stores its half on its own, with no barrier between the two.
+  using SmemLayoutO = decltype(tile_to_shape(
+      RowAtom{}, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>, Int<kConsumerWarpGroups>>{}));
+  static_assert(cosize_v<SmemLayoutO> <= cosize_v<SmemLayoutQ>, "the output fits over Q");
+  // The P.V GEMM of one warpgroup: its accumulator fragment is the one the epilogue stores.
+  using WarpGroupMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>()));
 
+  using PipelineQ = cutlass::PipelineTmaAsync<kQueryStages>;
   using PipelineK = cutlass::PipelineTmaAsync<kStages>;
   using PipelineV = cutlass::PipelineTmaAsync<kStages>;
   using PipelineTile = cutlass::PipelineAsync<2>;  // tile indices, producer -> consumers
@@ -94,7 +108,7 @@ struct ForwardTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     std::conditional_t<kOutputInQueryTile, Empty, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>> o;
-    cutlass::arch::ClusterTransactionBarrier q_full;
+    typename PipelineQ::SharedStorage pipeline_q;
     typename PipelineK::SharedStorage pipeline_k;
     typename PipelineV::SharedStorage pipeline_v;
     typename PipelineTile::SharedStorage pipeline_tile;
@@ -112,14 +126,14 @@ struct ForwardTraits {
   using GmemLayout = Layout<GmemShape, GmemStride>;
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
   using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}));
-  using TmaLoadQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
+  using TmaLoadQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaLoadK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
   using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutO{},
-                                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, take<0, 2>(SmemLayoutO{}),
+                                           Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}, _1{}));
 };
 
 }  // namespace flashattn::cuda::sm90
