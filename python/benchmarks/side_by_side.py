@@ -7,11 +7,16 @@ tokens, hidden 2048); FLOPs forward 4*b*h*n*n*d (halved when causal), backward 2
 Decoding: one query, batch 8, 32 query heads over 8 KV heads, d=128, as K+V read bandwidth.
 Head dims the package was not built with are skipped.
 
-Usage: python side_by_side.py [--dims 64,128] [--json PATH]
+Every shape is timed in --rounds interleaved rounds (ours, FA2, cuDNN, ours, ...), medians
+reported: the GPU's clocks drift under its power limit, and single back-to-back timings of
+the peers differed by up to 15% between identical runs.
+
+Usage: python side_by_side.py [--dims 64,128] [--rounds 3] [--json PATH]
 """
 import argparse
 import datetime
 import json
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -27,14 +32,33 @@ def ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def time_fwd_bwd(forward, inputs, dout):
-    t_fwd = ms(forward)
+def interleaved(timers, rounds):
+    """Median of `rounds` timings per entry of `timers` (name -> callable returning a tuple of ms),
+    taken in rounds that visit every entry once: the GPU's clock and power state drift over
+    seconds, and interleaving spreads that drift over all implementations alike."""
+    samples = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer())
+    return {name: [statistics.median(col) for col in zip(*runs)] for name, runs in samples.items()}
+
+
+def fwd_bwd_timer(forward, inputs, dout):
     out = forward()
-    t_bwd = ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True))
-    return t_fwd, t_bwd
+
+    def timer():
+        return ms(forward), ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True))
+    return timer
 
 
-def train_rows(dims, lens):
+def sdpa_timer(backend, run):
+    def timer():
+        with sdpa_kernel(backend):
+            return run()
+    return timer
+
+
+def train_rows(dims, lens, rounds):
     dev = "cuda"
     for d in dims:
         h = 2048 // d
@@ -42,41 +66,45 @@ def train_rows(dims, lens):
             b = 16384 // n
             for causal in (False, True):
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
-                row = {"d": d, "n": n, "b": b, "h": h, "causal": causal}
+                row = {"d": d, "n": n, "b": b, "h": h, "causal": causal, "rounds": rounds}
+                # Ours on (b, n, h, d), SDPA on (b, h, n, d): each on its native layout.
                 q, k, v = (torch.randn(b, n, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
                            for _ in range(3))
                 do = torch.randn_like(q)
+                qt, kt, vt = (torch.randn(b, h, n, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                              for _ in range(3))
+                dot = torch.randn_like(qt)
+                timers = {}
                 try:
-                    tf, tb = time_fwd_bwd(lambda: flash_attn_func(q, k, v, causal=causal), (q, k, v), do)
-                    row["flashattn"] = [flops / tf / 1e9, 2.5 * flops / tb / 1e9]
+                    timers["flashattn"] = fwd_bwd_timer(lambda: flash_attn_func(q, k, v, causal=causal), (q, k, v), do)
                 except Exception as e:  # head dim not built into the package
                     row["flashattn_error"] = repr(e)[:160]
-                del q, k, v, do
-                q, k, v = (torch.randn(b, h, n, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
-                           for _ in range(3))
-                do = torch.randn_like(q)
                 for name, backend in PEERS.items():
                     with sdpa_kernel(backend):
-                        tf, tb = time_fwd_bwd(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                              (q, k, v), do)
+                        run = fwd_bwd_timer(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                                            (qt, kt, vt), dot)
+                    timers[name] = sdpa_timer(backend, run)
+                for name, (tf, tb) in interleaved(timers, rounds).items():
                     row[name] = [flops / tf / 1e9, 2.5 * flops / tb / 1e9]
-                del q, k, v, do
+                del q, k, v, do, qt, kt, vt, dot, timers
                 torch.cuda.empty_cache()
                 print(json.dumps(row), flush=True)
                 yield row
 
 
-def decode_rows(lens):
+def decode_rows(lens, rounds):
     for nk in lens:
-        row = {"n_k": nk}
+        row = {"n_k": nk, "rounds": rounds}
         q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(8, nk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         kv_bytes = 2 * k.numel() * k.element_size()
-        row["flashattn"] = kv_bytes / ms(lambda: flash_attn_func(q, k, v)) / 1e9
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        timers = {"flashattn": lambda: (ms(lambda: flash_attn_func(q, k, v)),)}
         for name, backend in PEERS.items():
-            with sdpa_kernel(backend):
-                row[name] = kv_bytes / ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)) / 1e9
+            timers[name] = sdpa_timer(
+                backend, lambda: (ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)),))
+        for name, (t,) in interleaved(timers, rounds).items():
+            row[name] = kv_bytes / t / 1e9
         del q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
         print(json.dumps(row), flush=True)
@@ -88,21 +116,23 @@ def main():
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--lens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--decode", default="4096,16384,65536,131072")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (median)")
     ap.add_argument("--json")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "method": "python/benchmarks/side_by_side.py: do_bench medians in one process"}
+            "method": "python/benchmarks/side_by_side.py: do_bench medians in one process, "
+                                    f"median of {args.rounds} interleaved rounds"}
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     info["gemm_bf16_tflops"] = 2 * 8192**3 / ms(lambda: a @ a) / 1e9
     del a
     print(json.dumps(info), flush=True)
     dims = [int(x) for x in args.dims.split(",") if x]
     lens = [int(x) for x in args.lens.split(",") if x]
-    train = list(train_rows(dims, lens))
-    decode = list(decode_rows([int(x) for x in args.decode.split(",")])) if args.decode else []
+    train = list(train_rows(dims, lens, args.rounds))
+    decode = list(decode_rows([int(x) for x in args.decode.split(",")], args.rounds)) if args.decode else []
 
     print("\nbf16, 16k tokens, hidden 2048: TFLOP/s fwd / bwd, and flashattn / cudnn")
     print(f"{'d':>4} {'n':>6} {'causal':>6} | {'flashattn':>11} | {'fa2':>11} | {'cudnn':>11} | ratio fwd, bwd")

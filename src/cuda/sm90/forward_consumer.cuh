@@ -5,8 +5,9 @@
 // Two overlaps hide the softmax under tensor-core work:
 //  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
 //    finished with (blocks run last to first), and the rescale of O runs while it computes;
-//  - ping-pong between the two warpgroups: each issues its GEMMs only in its turn (named
-//    barriers), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores.
+//  - ping-pong between the warpgroups (two, or three at d <= 64): each issues its GEMMs only
+//    in its turn (named barriers), so the others' softmax runs while its GEMMs occupy the
+//    tensor cores.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -20,15 +21,16 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Turn-taking of the consumer warpgroups around their GEMM issue.
+// Turn-taking of the consumer warpgroups around their GEMM issue, round robin: warpgroup w
+// waits on its barrier, which warpgroup w - 1 opens when its turn ends.
 template <int kWarpGroups>
 struct PingPong {
   int warp_group;  // 0 .. kWarpGroups - 1
-  static constexpr int kThreads = 2 * 128;
+  static constexpr int kThreads = 2 * 128;  // the waiting warpgroup and the one passing on
 
-  // The first warpgroup goes first: the others open its barrier once.
+  // The first warpgroup goes first: the last opens its barrier once.
   CUTE_DEVICE void start() const {
-    if (warp_group == 1) cutlass::arch::NamedBarrier::arrive(kThreads, kBarrierWarpGroup0);
+    if (warp_group == kWarpGroups - 1) cutlass::arch::NamedBarrier::arrive(kThreads, kBarrierWarpGroup0);
   }
   CUTE_DEVICE void wait_turn() const {
     cutlass::arch::NamedBarrier::sync(kThreads, kBarrierWarpGroup0 + warp_group);
@@ -47,7 +49,6 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
-  static_assert(Traits::kConsumerWarpGroups == 2, "ping-pong between two consumer warpgroups");
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;

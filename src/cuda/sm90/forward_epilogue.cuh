@@ -1,9 +1,9 @@
 #pragma once
 // Epilogue of the sm90 forward: the normalized output tile goes registers -> shared memory
-// (stmatrix) -> global memory. Each consumer warpgroup stores its own 64-row half, by one TMA
+// (stmatrix) -> global memory. Each consumer warpgroup stores its own 64 rows, by one TMA
 // store for fixed-length batches (TMA clips the rows past seqlen_q) and by 16-byte stores
 // limited to the sequence's rows for variable length (the packed tensor continues with the
-// next sequence), so that neither waits for the other and their ping-pong offset carries
+// next sequence), so that no warpgroup waits for another and their ping-pong offset carries
 // over into the next tile. The LSE goes straight from registers.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -55,7 +55,7 @@ struct ForwardEpilogue {
       }
     }
 
-    // This warpgroup's half of the tile: rows [64 * warp_group, 64 * warp_group + 64).
+    // This warpgroup's part of the tile: rows [64 * warp_group, 64 * warp_group + 64).
     const int warp_group = thread / 128, lane = thread % 128;
     Tensor sO = make_tensor(make_smem_ptr(smem_output(smem)), typename Traits::SmemLayoutO{})(_, _, warp_group);
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::WarpGroupMmaPV{});
@@ -68,7 +68,7 @@ struct ForwardEpilogue {
       // The output overwrites Q: both warpgroups must be done with their QK^T.
       NamedBarrier::sync(kThreads, kBarrierEpilogue);
     } else {
-      // This warpgroup's previous store must have finished reading its half.
+      // This warpgroup's previous store must have finished reading its part.
       if (lane == 0) tma_store_wait<0>();
       NamedBarrier::sync(128, kBarrierEpilogueWarpGroup0 + warp_group);
     }

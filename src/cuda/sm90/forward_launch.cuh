@@ -13,6 +13,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/online_softmax_deferred.cuh"
 #include "cuda/sm90/api.hpp"
+#include "cuda/sm90/forward_heuristics.hpp"
 #include "cuda/sm90/forward_kernel.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_traits.cuh"
@@ -142,12 +143,12 @@ void allow_shared_memory(int bytes, int device) {
 }
 
 template <class Traits, int kVariant>
-void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
+void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
   const long long tiles = (long long)params.scheduler.num_m_blocks * p.heads_q * p.batch;
   if (tiles <= 0) return;
   if (tiles > 0x7fffffffLL - sm_count)
-    throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 tiles of 128 rows",
+    throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",
                 std::to_string(tiles));
   constexpr auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
@@ -163,22 +164,31 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
   FA_CUDA_CHECK(launched);
 }
 
-template <class Element, int HeadDim>
-void run_forward(const detail::ForwardProblem& p) {
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
-  using Traits = ForwardTraits<Element, HeadDim>;
-  const auto [sm_count, l2_bytes] = device_facts(p.device_index);
+// The softmax variant: the default, or (experiment builds) the one FLASHATTN_SM90_SOFTMAX names.
+template <class Traits>
+void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
 #ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
   const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
   switch (env ? std::atoi(env) : kSoftmaxDefault) {
-    case 1: return launch_forward<Traits, 1>(p, sm_count, l2_bytes);
-    case 2: return launch_forward<Traits, 2>(p, sm_count, l2_bytes);
-    case 3: return launch_forward<Traits, 3>(p, sm_count, l2_bytes);
-    default: return launch_forward<Traits, 0>(p, sm_count, l2_bytes);
+    case 1: return launch_kernel<Traits, 1>(p, sm_count, l2_bytes);
+    case 2: return launch_kernel<Traits, 2>(p, sm_count, l2_bytes);
+    case 3: return launch_kernel<Traits, 3>(p, sm_count, l2_bytes);
+    default: return launch_kernel<Traits, 0>(p, sm_count, l2_bytes);
   }
 #else
-  launch_forward<Traits, kSoftmaxDefault>(p, sm_count, l2_bytes);
+  launch_kernel<Traits, kSoftmaxDefault>(p, sm_count, l2_bytes);
 #endif
+}
+
+template <class Element, int HeadDim>
+void run_forward(const detail::ForwardProblem& p) {
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
+  const auto [sm_count, l2_bytes] = device_facts(p.device_index);
+  if constexpr (HeadDim <= 64) {
+    if (query_block_rows(HeadDim, p.seqlen_q) == 192)
+      return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);
+  }
+  launch_forward<ForwardTraits<Element, HeadDim, 128>>(p, sm_count, l2_bytes);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -12,9 +12,9 @@ namespace flashattn::cuda::sm90 {
 
 // Named barriers (hardware ids above those CUTLASS reserves).
 enum ForwardBarrier : uint32_t {
-  kBarrierEpilogue = 1,            // both consumer warpgroups, before the output overwrites Q
-  kBarrierWarpGroup0 = 2,          // ping-pong: consumer warpgroup w waits on kBarrierWarpGroup0 + w
-  kBarrierEpilogueWarpGroup0 = 4,  // warpgroup w around its half of the output tile
+  kBarrierEpilogue = 0,            // all consumer warpgroups, before the output overwrites Q
+  kBarrierWarpGroup0 = 1,          // turns: consumer warpgroup w waits on kBarrierWarpGroup0 + w
+  kBarrierEpilogueWarpGroup0 = 4,  // warpgroup w around its part of the output tile
 };
 
 // Where sequence b lives: its lengths and, for variable length, its first row in the packed

@@ -2,9 +2,9 @@
 // Compile-time shape of the sm90 forward for one (dtype, head dim): tiles, warpgroup roles,
 // shared-memory layouts, the two wgmma GEMMs and the TMA copies.
 //
-// One CTA: a producer warpgroup (one warp issues every TMA load) and two consumer warpgroups,
-// each owning 64 of the kBlockM = 128 query rows of a tile. Both consumers read the same K/V
-// stages; they take turns issuing their GEMMs so that one's softmax runs under the other's
+// One CTA: a producer warpgroup (one warp issues every TMA load) and two or three consumer
+// warpgroups, each owning 64 of the kBlockM query rows of a tile. The consumers read the same
+// K/V stages; they take turns issuing their GEMMs so that the others' softmax runs under one's
 // tensor-core work.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -34,7 +34,9 @@ auto smem_layout_atom() {
     return GMMA::Layout_SW32_Atom<Element, kMajor>{};
 }
 
-template <class Element_, int kHeadDim_>
+// kBlockM_: query rows per tile, 64 per consumer warpgroup: 128, or 192 up to head dim 64
+// (forward_heuristics.hpp picks per problem).
+template <class Element_, int kHeadDim_, int kBlockM_ = 128>
 struct ForwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -42,8 +44,11 @@ struct ForwardTraits {
 
   // Tiles. K/V tiles shrink with the head dim so that two stages of each, Q and (for head
   // dims up to 128) a separate output tile fit in the 227 KB of shared memory, and so that the
-  // consumers' S, P and O fragments fit their 240 registers without spilling.
-  static constexpr int kBlockM = 128;
+  // consumers' S, P and O fragments fit their registers without spilling. Up to d = 64 a
+  // warpgroup's two GEMMs are too short to cover another's softmax (which costs the same at
+  // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
+  static constexpr int kBlockM = kBlockM_;
+  static_assert(kBlockM == 128 || (kBlockM == 192 && kHeadDim <= 64), "three warpgroups' fragments fit only up to d = 64");
   static constexpr int kBlockN =
       kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
   static constexpr int kStages = 2;
@@ -53,13 +58,15 @@ struct ForwardTraits {
   // consumer warpgroup starts its next tile as soon as its epilogue is issued.
   static constexpr int kQueryStages = kOutputInQueryTile ? 1 : 2;
 
-  // Roles and registers (setmaxnreg): 24 for the producer, 240 for each consumer thread.
+  // Roles and registers (setmaxnreg): 24 for the producer; the consumers share the rest of the
+  // 64K registers (240 each for two warpgroups, 160 for three).
   static constexpr int kRowsPerWarpGroup = 64;
   static constexpr int kConsumerWarpGroups = kBlockM / kRowsPerWarpGroup;
+  static_assert(kBlockM % kRowsPerWarpGroup == 0 && (kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3));
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerRegisters = kConsumerWarpGroups == 2 ? 240 : 160;
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V
