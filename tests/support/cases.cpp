@@ -138,6 +138,24 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.with_lse = false;
     add(c);
   }
+  // More query tiles than a GPU has SMs (192 at d = 64, 288 at d = 128 against 132 on an
+  // H100): persistent kernels run several tiles per CTA, so buffers reused across tiles (the
+  // sm90 forward's two Q stages and per-warpgroup output stores) are exercised. Short keys keep
+  // the reference cheap; causal with seqlen_q > seqlen_k mixes empty tiles among full ones.
+  for (int d : {64, 128}) {
+    Case c;
+    c.name = "many_tiles_hd" + std::to_string(d);
+    c.batch = 4;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.seqlen_q = 1100;
+    c.seqlen_k = 64;
+    c.head_dim = d;
+    add(c);
+    c.name += "_causal";
+    c.causal = true;
+    add(c);
+  }
   // Large magnitudes: scores in the thousands must not overflow or produce NaN.
   {
     Case c;
