@@ -2,16 +2,18 @@
 # Nsight Compute reports of the kernels we are tuning and of the peers' kernels on the same
 # shapes, on a GPU machine. Usage: bench/ncu_profile.sh BIN_DIR OUT_DIR [TARGET ...]
 #   BIN_DIR: a build's folder (tools/flashattn inside); OUT_DIR: where reports and text go.
-#   Targets (default: all but the *-kernels ones): bwd-d128 bwd-d64 fa2-bwd-d128 fa2-bwd-d64
-#   decode-4k fa2-decode-4k; bwd-d128-kernels fa2-bwd-d128-kernels (the duration of every kernel
-#   of one backward, ours and PyTorch FA2's: the share of the passes around the main kernel).
+#   Targets (default: all but the *-kernels ones): bwd-d128 bwd-d64 bwd-d256 fa2-bwd-d128
+#   fa2-bwd-d64 fa2-bwd-d256 decode-4k fa2-decode-4k; bwd-d128-kernels fa2-bwd-d128-kernels (the
+#   duration of every kernel of one backward, ours and PyTorch FA2's: the share of the passes
+#   around the main kernel); decode-4k-kernels fa2-decode-4k-kernels cudnn-decode-4k-kernels
+#   (the same for one decoding call: split kernel and combine).
 # Each full target writes <target>.ncu-rep, <target>.txt (details page) and <target>.sass.csv
 # (SASS with per-instruction stall samples). The clocks are left as found (--clock-control none).
 set -uo pipefail
 bin=$1
 out=$2
 shift 2
-targets=${*:-bwd-d128 bwd-d64 fa2-bwd-d128 fa2-bwd-d64 decode-4k fa2-decode-4k}
+targets=${*:-bwd-d128 bwd-d64 bwd-d256 fa2-bwd-d128 fa2-bwd-d64 fa2-bwd-d256 decode-4k fa2-decode-4k}
 mkdir -p "$out"
 cli=$bin/tools/flashattn
 
@@ -45,12 +47,17 @@ for t in $targets; do
   case $t in
     bwd-d128) profile "$t" backward_dkdv 0 "$cli" run --backend cuda --batch 2 --heads 16 --seqlen 8192 --headdim 128 --backward --check-rows 1 --seed 1 ;;
     bwd-d64) profile "$t" backward_dkdv 0 "$cli" run --backend cuda --batch 2 --heads 32 --seqlen 8192 --headdim 64 --backward --check-rows 1 --seed 1 ;;
+    bwd-d256) profile "$t" backward_dkdv 0 "$cli" run --backend cuda --batch 2 --heads 8 --seqlen 8192 --headdim 256 --backward --check-rows 1 --seed 1 ;;
     fa2-bwd-d128) profile "$t" "flash_bwd_dq_dk_dv" 0 "${sdpa[@]}" FLASH_ATTENTION 2 16 16 8192 8192 128 1 ;;
     fa2-bwd-d64) profile "$t" "flash_bwd_dq_dk_dv" 0 "${sdpa[@]}" FLASH_ATTENTION 2 32 32 8192 8192 64 1 ;;
+    fa2-bwd-d256) profile "$t" "flash_bwd_dq_dk_dv" 0 "${sdpa[@]}" FLASH_ATTENTION 2 8 8 8192 8192 256 1 ;;
     decode-4k) profile "$t" forward_kernel 0 "$cli" run --backend cuda --batch 8 --heads 32 --heads-kv 8 --seqlen 1 --seqlen-k 4096 --headdim 128 --check-rows 1 --seed 1 ;;
     fa2-decode-4k) profile "$t" "flash_fwd_splitkv_kernel" 0 "${sdpa[@]}" FLASH_ATTENTION 8 32 8 1 4096 128 0 ;;
     bwd-d128-kernels) durations "$t" "backward|convert|reduce" 0 6 "$cli" run --backend cuda --batch 2 --heads 16 --seqlen 8192 --headdim 128 --backward --check-rows 1 --seed 1 ;;
     fa2-bwd-d128-kernels) durations "$t" "." 0 40 "${sdpa[@]}" FLASH_ATTENTION 2 16 16 8192 8192 128 1 ;;
+    decode-4k-kernels) durations "$t" "forward|combine" 0 4 "$cli" run --backend cuda --batch 8 --heads 32 --heads-kv 8 --seqlen 1 --seqlen-k 4096 --headdim 128 --check-rows 1 --seed 1 ;;
+    fa2-decode-4k-kernels) durations "$t" "." 0 40 "${sdpa[@]}" FLASH_ATTENTION 8 32 8 1 4096 128 0 ;;
+    cudnn-decode-4k-kernels) durations "$t" "." 0 40 "${sdpa[@]}" CUDNN_ATTENTION 8 32 8 1 4096 128 0 ;;
     *) echo "unknown target $t" ;;
   esac
 done

@@ -159,14 +159,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   clear(acc_dv);
 
   const ScoreTransform transform = ScoreTransform::make(p.scale, p.softcap);
-  // dQ accumulator rows of the first step; later steps shift them (rows are (query, head)
-  // interleaved).
-  const std::int64_t dq_row_stride = std::int64_t(p.heads_q) * kHeadDim;
+  // The dQ accumulator's (BlockM x HeadDim) tile of the first step, in 8 x 8 blocks
+  // (backward_params.cuh); later steps shift it by whole row groups and heads.
+  const std::int64_t dq_group_stride = p.dq_accum_group_stride(kHeadDim);
+  const auto dq_tile_layout =
+      make_layout(make_shape(make_shape(_8{}, Int<kBlockM / 8>{}), make_shape(_8{}, Int<kHeadDim / 8>{})),
+                  make_stride(make_stride(_8{}, dq_group_stride), make_stride(_1{}, _64{})));
   Tensor tdQgdQ = thr_dq.partition_C(make_tensor(
-      make_gmem_ptr(kAccumulateDq ? p.dq_accum + p.dq_accum_row(b, seq.dense_q, row_first) * dq_row_stride +
-                                        head_first * kHeadDim
+      make_gmem_ptr(kAccumulateDq ? p.dq_accum + p.dq_accum_offset(p.dq_accum_row(b, seq.dense_q, row_first),
+                                                                   head_first, 0, kHeadDim)
                                   : nullptr),
-      make_layout(Shape<BlockM, HeadDim>{}, make_stride(dq_row_stride, _1{}))));
+      dq_tile_layout));
 
   if (steps > 0) {
     load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.k, seq.row_k + key0, kv_head, BlockN{})),
@@ -223,7 +226,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
       clear(acc_dq);
       gemm_smem(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, ldsm_dq_a, ldsm_dq_b);
-      const std::int64_t dq_offset = std::int64_t(row0 - row_first) * dq_row_stride + (head - head_first) * kHeadDim;
+      const std::int64_t dq_offset = (row0 - row_first) / 8 * dq_group_stride + (head - head_first) * kHeadDim * 8;
       atomic_add(acc_dq, shifted(tdQgdQ, dq_offset));
     }
     gemm_smem(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt(_, _, _, stage), ldsm_dkv_a, ldsm_dkv_b);

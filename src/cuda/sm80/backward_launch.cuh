@@ -104,9 +104,8 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const std::size_t stats_count = std::size_t(problem.heads_q) * p.dense_rows_q;
   const std::size_t lse_at = plan.add<float>(stats_count);
   const std::size_t delta_at = plan.add<float>(stats_count);
-  p.dq_pad_rows = Main::kBlockM;
-  const std::size_t dq_count =
-      (std::size_t(p.dense_rows_q) + std::size_t(problem.batch) * p.dq_pad_rows) * problem.heads_q * HeadDim;
+  p.dq_pad_rows = BackwardParams::dq_pad_rows_for(Main::kBlockM);
+  const std::size_t dq_count = std::size_t(p.dq_accum_elements(HeadDim));
   const std::size_t dq_at = problem.deterministic ? 0 : plan.add<float>(dq_count);
   const std::size_t partial_count = std::size_t(p.head_splits) * p.dense_rows_k * problem.heads_kv * HeadDim;
   const bool split_group = p.head_splits > 1;

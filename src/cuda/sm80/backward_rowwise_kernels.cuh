@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
   const int chunk = threadIdx.x % Shape::kLanesPerRow;
   if (row >= seq.len_q || chunk >= Shape::kChunks) return;
 
-  const float* acc = p.dq_accum + (p.dq_accum_row(b, seq.dense_q, row) * p.heads_q + head) * std::int64_t(HeadDim) + chunk * 8;
+  const float* acc = p.dq_accum + p.dq_accum_offset(p.dq_accum_row(b, seq.dense_q, row), head, chunk * 8, HeadDim);
   cutlass::Array<float, 8> values = *reinterpret_cast<const cutlass::AlignedArray<float, 8>*>(acc);
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < 8; ++i) values[i] *= p.scale;
