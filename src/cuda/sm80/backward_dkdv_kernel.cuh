@@ -159,12 +159,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   clear(acc_dv);
 
   const ScoreTransform transform = ScoreTransform::make(p.scale, p.softcap);
-  // The dQ accumulator's (BlockM x HeadDim) tile of the first step, in 8 x 8 blocks
-  // (backward_params.cuh); later steps shift it by whole row groups and heads.
+  // The dQ accumulator's (BlockM x HeadDim) tile of the first step, in kDqBlock x kDqBlock
+  // blocks (backward_params.cuh); later steps shift it by whole row groups and heads.
+  constexpr int kDqBlock = BackwardParams::kDqBlock;
+  using DqBlock = Int<kDqBlock>;
   const std::int64_t dq_group_stride = p.dq_accum_group_stride(kHeadDim);
-  const auto dq_tile_layout =
-      make_layout(make_shape(make_shape(_8{}, Int<kBlockM / 8>{}), make_shape(_8{}, Int<kHeadDim / 8>{})),
-                  make_stride(make_stride(_8{}, dq_group_stride), make_stride(_1{}, _64{})));
+  const auto dq_tile_layout = make_layout(
+      make_shape(make_shape(DqBlock{}, Int<kBlockM / kDqBlock>{}), make_shape(DqBlock{}, Int<kHeadDim / kDqBlock>{})),
+      make_stride(make_stride(DqBlock{}, dq_group_stride), make_stride(_1{}, Int<kDqBlock * kDqBlock>{})));
   Tensor tdQgdQ = thr_dq.partition_C(make_tensor(
       make_gmem_ptr(kAccumulateDq ? p.dq_accum + p.dq_accum_offset(p.dq_accum_row(b, seq.dense_q, row_first),
                                                                    head_first, 0, kHeadDim)
@@ -226,7 +228,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
       clear(acc_dq);
       gemm_smem(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, ldsm_dq_a, ldsm_dq_b);
-      const std::int64_t dq_offset = (row0 - row_first) / 8 * dq_group_stride + (head - head_first) * kHeadDim * 8;
+      const std::int64_t dq_offset =
+          (row0 - row_first) / kDqBlock * dq_group_stride + (head - head_first) * kHeadDim * kDqBlock;
       atomic_add(acc_dq, shifted(tdQgdQ, dq_offset));
     }
     gemm_smem(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, tdKsQt(_, _, _, stage), ldsm_dkv_a, ldsm_dkv_b);

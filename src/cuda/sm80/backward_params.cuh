@@ -25,35 +25,38 @@ struct BackwardParams {
   float* lse_log2 = nullptr;  // LSE * log2(e); +inf where LSE is -inf (rows that see no key)
   float* delta = nullptr;     // D = rowsum(dO * O)
   // fp32 dQ accumulator, null in deterministic mode (a separate kernel computes dQ without
-  // atomics there). Each sequence's rows start at a multiple of 8 and are followed by padding
-  // (dq_pad_rows), so that the main kernel adds whole query blocks without testing rows against
-  // the sequence's end (the padding receives zeros). Rows come in groups of 8; within a group,
-  // each head's head_dim columns are stored as 8 x 8 blocks, each row-major: a warp's atomic for
-  // one m16n8 accumulator tile then covers 256 contiguous bytes (two L2 lines) instead of
-  // touching eight rows' lines.
+  // atomics there). Each sequence's rows start at a multiple of kDqBlock and are followed by
+  // padding (dq_pad_rows), so that the main kernel adds whole query blocks without testing rows
+  // against the sequence's end (the padding receives zeros). Rows come in groups of kDqBlock;
+  // within a group, each head's head_dim columns are stored as kDqBlock x kDqBlock blocks, each
+  // row-major: a warp's atomic for one m16n8 accumulator tile then covers 256 contiguous bytes
+  // (two L2 lines) instead of touching eight rows' lines.
   float* dq_accum = nullptr;
   int dq_pad_rows = 0;
+  static constexpr int kDqBlock = 8;
+  static_assert((kDqBlock & (kDqBlock - 1)) == 0, "dq_accum_row rounds down with a mask");
   // dq_pad_rows for a main kernel of block_m query rows: one query block. As block_m is a
-  // multiple of 8, moving each sequence's start down to a multiple of 8 never makes it overlap
-  // the previous sequence's last block (tests/test_dq_accumulator.cpp).
+  // multiple of kDqBlock, moving each sequence's start down to a multiple of kDqBlock never makes
+  // it overlap the previous sequence's last block (tests/test_dq_accumulator.cpp).
   static constexpr int dq_pad_rows_for(int block_m) { return block_m; }
 
   // Row of the dQ accumulator that holds row `row` of sequence b (dense_q: its first dense row).
   FA_HOST_DEVICE std::int64_t dq_accum_row(int b, std::int64_t dense_q, int row) const {
-    return (dense_q & ~std::int64_t(7)) + std::int64_t(b) * dq_pad_rows + row;
+    return (dense_q & ~std::int64_t(kDqBlock - 1)) + std::int64_t(b) * dq_pad_rows + row;
   }
-  // Offset of (accumulator row, head, column) in dq_accum; 8 consecutive columns from a multiple
-  // of 8 are contiguous.
+  // Offset of (accumulator row, head, column) in dq_accum; kDqBlock consecutive columns from a
+  // multiple of kDqBlock are contiguous.
   FA_HOST_DEVICE std::int64_t dq_accum_offset(std::int64_t row, int head, int col, int head_dim) const {
-    return ((row / 8 * heads_q + head) * head_dim + col / 8 * 8) * 8 + row % 8 * 8 + col % 8;
+    constexpr int kB = kDqBlock;
+    return ((row / kB * heads_q + head) * head_dim + col / kB * kB) * kB + row % kB * kB + col % kB;
   }
   // Elements to allocate for the accumulator (dq_pad_rows set).
   FA_HOST_DEVICE std::int64_t dq_accum_elements(int head_dim) const {
     return (dense_rows_q + std::int64_t(batch) * dq_pad_rows) * heads_q * head_dim;
   }
-  // Distance between two groups of 8 accumulator rows.
+  // Distance between two groups of kDqBlock accumulator rows.
   FA_HOST_DEVICE std::int64_t dq_accum_group_stride(int head_dim) const {
-    return std::int64_t(heads_q) * head_dim * 8;
+    return std::int64_t(heads_q) * head_dim * kDqBlock;
   }
 
   // GQA: the query heads of one KV head are split into head_splits chunks, one CTA column each.
