@@ -35,6 +35,15 @@ std::vector<Case> shared_cases(TableFor backend) {
       add(c);
     }
   }
+  // Decoding against a long cache: GPU backends split the keys across CTAs, here into more
+  // splits than the combine keeps in flight at once.
+  {
+    Case c;
+    c.name = "q1_k4096";
+    c.seqlen_q = 1;
+    c.seqlen_k = 4096;
+    add(c);
+  }
   // Head dims.
   std::vector<int> dims = {32, 64, 96, 128, 192, 256};
   if (backend == TableFor::cpu) dims.push_back(512);

@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(CombineShape<kHeadDim>::kThreads)
     combine_splits_kernel(const __grid_constant__ ForwardParams params) {
   constexpr int kThreadsPerRow = CombineShape<kHeadDim>::kThreadsPerRow;
   constexpr int kRowsPerCta = CombineShape<kHeadDim>::kRowsPerCta;
+  constexpr int kChunk = 8;  // splits whose loads are in flight together
 
   // Rows are (batch, head, query row) over the padded (batch, heads_q, seqlen_q) workspace.
   const std::int64_t row = std::int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / kThreadsPerRow;
@@ -35,28 +36,58 @@ __global__ void __launch_bounds__(CombineShape<kHeadDim>::kThreads)
   const SequenceSpan seq = sequence_span(params, b);
   if (i >= seq.len_q) return;
 
-  float max_lse = -INFINITY;
-  for (int s = 0; s < params.num_splits; ++s)
-    max_lse = fmaxf(max_lse, params.partial_lse[s * rows_per_split + row]);
-
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  // One pass over the splits, kChunk at a time, as an online log-sum-exp: a chunk's LSEs and
+  // partial outputs are all requested before any is used, so a row costs one memory round trip
+  // per chunk (one in all up to kChunk splits). The loads are unconditional: indices past the
+  // last split read the last split again, with weight 0 (predicated loads were issued two at a
+  // time, ptxas sm_90). An empty split has LSE -inf and wrote zeros: weight 0 as well.
+  const float* row_lse = params.partial_lse + row;
+  const float* row_out = params.partial_out + row * kHeadDim + col;
+  const int splits = params.num_splits;
+  float max_lse = -INFINITY, sum = 0.f;  // running max and sum of exp(lse_s - max_lse)
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);  // sum of exp(lse_s - max_lse) * out_s
+  for (int s0 = 0; s0 < splits; s0 += kChunk) {
+    float lse_s[kChunk];
+    float4 o[kChunk];
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      const std::int64_t split = min(s0 + u, splits - 1);
+      lse_s[u] = row_lse[split * rows_per_split];
+      o[u] = *reinterpret_cast<const float4*>(row_out + split * rows_per_split * kHeadDim);
+    }
+    float chunk_max = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      if (s0 + u >= splits) lse_s[u] = -INFINITY;
+      chunk_max = fmaxf(chunk_max, lse_s[u]);
+    }
+    if (chunk_max == -INFINITY) continue;  // no key in any of these splits
+    const float new_max = fmaxf(max_lse, chunk_max);
+    const float rescale = __expf(max_lse - new_max);  // 0 while nothing was seen
+    max_lse = new_max;
+    sum *= rescale;
+    acc.x *= rescale;
+    acc.y *= rescale;
+    acc.z *= rescale;
+    acc.w *= rescale;
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      const float w = __expf(lse_s[u] - max_lse);
+      sum += w;
+      acc.x += w * o[u].x;
+      acc.y += w * o[u].y;
+      acc.z += w * o[u].z;
+      acc.w += w * o[u].w;
+    }
+  }
   float lse = -INFINITY;
   if (max_lse != -INFINITY) {
-    float sum = 0.f;
-    for (int s = 0; s < params.num_splits; ++s)
-      sum += __expf(params.partial_lse[s * rows_per_split + row] - max_lse);
     lse = max_lse + __logf(sum);
-    for (int s = 0; s < params.num_splits; ++s) {
-      const float lse_s = params.partial_lse[s * rows_per_split + row];
-      if (lse_s == -INFINITY) continue;  // an empty split: contributes nothing
-      const float w = __expf(lse_s - lse);
-      const float4 o = *reinterpret_cast<const float4*>(
-          params.partial_out + (s * rows_per_split + row) * kHeadDim + col);
-      acc.x += w * o.x;
-      acc.y += w * o.y;
-      acc.z += w * o.z;
-      acc.w += w * o.w;
-    }
+    const float inv = 1.f / sum;
+    acc.x *= inv;
+    acc.y *= inv;
+    acc.z *= inv;
+    acc.w *= inv;
   }
 
   Element* dst = static_cast<Element*>(params.out) +

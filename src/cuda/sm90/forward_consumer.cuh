@@ -17,6 +17,7 @@
 #include "cuda/sm90/forward_epilogue.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tile.cuh"
+#include "cuda/sm90/forward_trace.cuh"
 #include "cuda/sm90/gmma_fragment.cuh"
 
 namespace flashattn::cuda::sm90 {
@@ -81,6 +82,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   const int num_tiles = p.scheduler.num_tiles();
 
   typename Traits::PipelineTile::PipelineState state_tile;
+  Tracer trace(p.trace);
 
   for (;;) {
     pipeline_tile.consumer_wait(state_tile);
@@ -88,6 +90,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     pipeline_tile.consumer_release(state_tile);
     ++state_tile;
     if (index >= num_tiles) break;
+    trace(TraceEvent::tile);
     // What the mainloop needs of the tile, so that its full description need not stay live.
     KeyTileRange blocks;
     int unmasked_begin, unmasked_end;  // keys that every row of the tile sees
@@ -105,6 +108,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 #pragma unroll
       for (int r = 0; r < kRows; ++r) row_keys[r] = w.mask.row_keys(w.row0 + get<0>(score_coords(r, 0)));
     }
+    trace(TraceEvent::planned);
 
     // Raw q.k -> logits, then the mask where some row of the tile does not see every key of
     // the block.
@@ -136,32 +140,40 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // Last key block: S only.
     int block = blocks.end - 1;
     pipeline_k.consumer_wait(state_k);
+    trace(TraceEvent::operands);
     turns.wait_turn();
+    trace(TraceEvent::turn);
     warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
     turns.pass_turn();
     warpgroup_wait<0>();
+    trace(TraceEvent::s_done);
     pipeline_k.consumer_release(state_k);
     ++state_k;
     to_logits(block);
     auto correction = softmax.template step<true>(scores);
     to_probabilities();
+    trace(TraceEvent::softmax);
 
     // Middle blocks: S of block j - 1 computes while O is rescaled for, and then accumulates,
     // P_j V_j.
     for (--block; block >= blocks.begin; --block) {
       pipeline_k.consumer_wait(state_k);
       turns.wait_turn();
+      trace(TraceEvent::turn);
       warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
       Softmax::rescale(out, correction);
       pipeline_v.consumer_wait(state_v);
       warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
       turns.pass_turn();
       warpgroup_wait<1>();  // S done; P.V may still run
+      trace(TraceEvent::s_done);
       pipeline_k.consumer_release(state_k);
       ++state_k;
       to_logits(block);
       correction = softmax.template step<false>(scores);
+      trace(TraceEvent::softmax);
       warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
+      trace(TraceEvent::pv_done);
       pipeline_v.consumer_release(state_v);
       ++state_v;
       to_probabilities();
@@ -173,15 +185,19 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     Softmax::rescale(out, correction);
     pipeline_v.consumer_wait(state_v);
     turns.wait_turn();
+    trace(TraceEvent::turn);
     warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
     turns.pass_turn();
     warpgroup_wait<0>();
+    trace(TraceEvent::pv_done);
     pipeline_v.consumer_release(state_v);
     ++state_v;
 
     float lse[kRows];
     softmax.finalize(out, p.logit_scale, lse);
+    trace(TraceEvent::finalized);
     ForwardEpilogue<Traits>::store(p, smem, plan_tile(p, index), tOrO, out_coords, lse, thread);
+    trace(TraceEvent::stored);
     if constexpr (Traits::kOutputInQueryTile)  // the store has read the output tile
       pipeline_q.consumer_release(state_q);
     ++state_q;

@@ -6,16 +6,20 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <cute/tensor.hpp>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/online_softmax_deferred.cuh"
+#include "cuda/common/stream_workspace.cuh"
 #include "cuda/sm90/api.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "cuda/sm90/forward_kernel.cuh"
 #include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_trace.cuh"
 #include "cuda/sm90/forward_traits.cuh"
 #include "flashattn/error.hpp"
 
@@ -132,6 +136,22 @@ inline DeviceFacts device_facts(int device) {
   return {sms[device].load(std::memory_order_acquire), l2s[device].load(std::memory_order_relaxed)};
 }
 
+#ifdef FLASHATTN_SM90_TRACE
+// Development builds: the call's timeline (forward_trace.cuh) to FLASHATTN_SM90_TRACE_FILE,
+// overwritten by every call (synchronizes the stream).
+inline void write_trace(const std::uint64_t* trace, size_t count, cudaStream_t stream) {
+  const char* path = std::getenv("FLASHATTN_SM90_TRACE_FILE");
+  if (path == nullptr) return;
+  std::vector<std::uint64_t> host(count);
+  FA_CUDA_CHECK(cudaMemcpyAsync(host.data(), trace, count * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (std::FILE* f = std::fopen(path, "wb")) {
+    std::fwrite(host.data(), sizeof(std::uint64_t), count, f);
+    std::fclose(f);
+  }
+}
+#endif
+
 // Raises a kernel's dynamic shared-memory limit, once per device.
 template <auto kKernel>
 void allow_shared_memory(int bytes, int device) {
@@ -153,15 +173,28 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   constexpr auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  // The tile counter lives in stream-ordered memory: zeroed, used and freed in stream order, so
-  // concurrent calls on other streams have their own.
-  FA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&params.tile_counter), sizeof(int), stream));
-  FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream));
   const int grid = int(std::min<long long>(tiles, sm_count));
+  // The tile counter lives in stream-ordered workspace (the library's pool, which keeps its
+  // memory across synchronizations): zeroed, used and freed in stream order, so concurrent
+  // calls on other streams have their own.
+  WorkspacePlan plan;
+  const size_t counter_offset = plan.add<int>(1);
+#ifdef FLASHATTN_SM90_TRACE
+  const size_t trace_count = size_t(grid) * kTraceWarpGroups * kTraceRecords;
+  const size_t trace_offset = plan.add<std::uint64_t>(trace_count);
+#endif
+  StreamWorkspace workspace(plan.bytes(), stream);
+  params.tile_counter = workspace.at<int>(counter_offset);
+  FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream));
+#ifdef FLASHATTN_SM90_TRACE
+  params.trace = workspace.at<std::uint64_t>(trace_offset);
+  FA_CUDA_CHECK(cudaMemsetAsync(params.trace, 0, trace_count * sizeof(std::uint64_t), stream));
+#endif
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  const cudaError_t launched = cudaGetLastError();
-  FA_CUDA_CHECK(cudaFreeAsync(params.tile_counter, stream));
-  FA_CUDA_CHECK(launched);
+  FA_CUDA_CHECK(cudaGetLastError());
+#ifdef FLASHATTN_SM90_TRACE
+  write_trace(params.trace, trace_count, stream);
+#endif
 }
 
 // The softmax variant: the default, or (experiment builds) the one FLASHATTN_SM90_SOFTMAX names.

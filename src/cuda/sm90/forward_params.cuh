@@ -45,6 +45,8 @@ struct ForwardParams {
   // Tiles handed out so far beyond each CTA's first (zero at launch): CTAs take the next tile
   // in the scheduler's order when they are about to run out of work.
   int* tile_counter;
+  // Development timeline (forward_trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
+  std::uint64_t* trace;
 };
 
 }  // namespace flashattn::cuda::sm90

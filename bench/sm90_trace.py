@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Reads the timeline of one sm90 forward call (a FLASHATTN_SM90_TRACE build, see
+src/cuda/sm90/forward_trace.cuh) and prints, in SM clock cycles, medians over every tile of
+every CTA:
+  - the steady GEMM-turn period of a consumer warpgroup (one turn of each warpgroup: two
+    blocks' QK^T + P.V on the tensor cores), and what a middle block spends in each phase;
+  - the tile boundary, phase by phase: last P.V, normalization, epilogue, waiting for the next
+    tile, planning it, its operands, its first QK^T and first softmax;
+  - each tile's time beyond blocks x period: what a tile costs over its key blocks.
+
+  sm90_trace.py TRACE_FILE [--json OUT]
+"""
+import argparse
+import array
+import json
+import statistics
+import sys
+
+EVENTS = ["none", "tile", "planned", "operands", "turn", "s_done", "softmax", "pv_done", "finalized",
+          "stored", "claimed"]
+WARP_GROUPS = 4  # kTraceWarpGroups
+RECORDS = 4096   # kTraceRecords
+
+
+def read(path):
+    data = array.array("Q")
+    with open(path, "rb") as f:
+        data.frombytes(f.read())
+    if sys.byteorder != "little":
+        data.byteswap()
+    per_cta = WARP_GROUPS * RECORDS
+    ctas = len(data) // per_cta
+    timelines = {}
+    for cta in range(ctas):
+        for wg in range(WARP_GROUPS):
+            base = (cta * WARP_GROUPS + wg) * RECORDS
+            events = []
+            for word in data[base:base + RECORDS]:
+                if word == 0:
+                    break
+                events.append((EVENTS[word >> 56], word & ((1 << 56) - 1)))
+            if events:
+                timelines[(cta, wg)] = events
+    return timelines
+
+
+def tiles_of(events):
+    """Splits a consumer's timeline at its 'tile' records."""
+    tiles, current = [], None
+    for name, t in events:
+        if name == "tile":
+            current = []
+            tiles.append(current)
+        if current is not None:
+            current.append((name, t))
+    return tiles
+
+
+def first(tile, name, after=0):
+    for name_i, t in tile:
+        if name_i == name and t >= after:
+            return t
+    return None
+
+
+def analyse(timelines):
+    phases = {}  # name -> list of cycles
+
+    def add(name, value):
+        if value is not None:
+            phases.setdefault(name, []).append(value)
+
+    periods, tile_rows = [], []
+    for (cta, wg), events in timelines.items():
+        if wg == 0:
+            continue
+        tiles = tiles_of(events)
+        for i, tile in enumerate(tiles):
+            turns = [t for name, t in tile if name == "turn"]
+            blocks = len(turns) - 1
+            if blocks < 1:
+                continue
+            # Middle blocks: turn -> S done -> softmax done -> P.V done -> next turn.
+            middle = turns[1:-1]
+            for k, t_turn in enumerate(middle):
+                periods.append(turns[k + 2] - t_turn)
+                s_done = first(tile, "s_done", t_turn)
+                soft = first(tile, "softmax", t_turn)
+                pv = first(tile, "pv_done", t_turn)
+                if None not in (s_done, soft, pv):
+                    add("mid: turn -> S done", s_done - t_turn)
+                    add("mid: S done -> softmax done", soft - s_done)
+                    add("mid: softmax -> P.V done", pv - soft)
+                    add("mid: P.V done -> next turn", turns[k + 2] - pv)
+            # Boundary, from the tile's last turn (P.V only) into the next tile.
+            t_last = turns[-1]
+            pv_last = first(tile, "pv_done", t_last)
+            fin = first(tile, "finalized", t_last)
+            stored = first(tile, "stored", t_last)
+            add("end: last turn -> P.V done", None if pv_last is None else pv_last - t_last)
+            add("end: P.V done -> normalized", None if None in (pv_last, fin) else fin - pv_last)
+            add("end: normalized -> store issued", None if None in (fin, stored) else stored - fin)
+            t_tile = tile[0][1]
+            planned = first(tile, "planned")
+            operands = first(tile, "operands")
+            s0 = first(tile, "s_done", turns[0])
+            soft0 = first(tile, "softmax", turns[0])
+            add("start: tile -> planned", planned - t_tile if planned else None)
+            add("start: planned -> Q, K ready", operands - planned if operands and planned else None)
+            add("start: Q, K ready -> first turn", turns[0] - operands if operands else None)
+            add("start: first turn -> S done", s0 - turns[0] if s0 else None)
+            add("start: S done -> softmax done", soft0 - s0 if soft0 and s0 else None)
+            add("start: softmax done -> second turn", turns[1] - soft0 if soft0 else None)
+            if i + 1 < len(tiles):
+                t_next = tiles[i + 1][0][1]
+                add("end: store issued -> next tile", t_next - stored if stored else None)
+                tile_rows.append((blocks, t_next - t_tile))
+    period = statistics.median(periods) if periods else 0
+    over = [duration - blocks * period for blocks, duration in tile_rows]
+    return {
+        "turn_period_cycles": period,
+        "tiles": len(tile_rows),
+        "blocks_per_tile": statistics.median([b for b, _ in tile_rows]) if tile_rows else 0,
+        "tile_cycles": statistics.median([d for _, d in tile_rows]) if tile_rows else 0,
+        "tile_overhead_cycles": statistics.median(over) if over else 0,
+        "phases": {name: {"median": statistics.median(v), "p10": sorted(v)[len(v) // 10],
+                          "p90": sorted(v)[len(v) * 9 // 10], "count": len(v)}
+                   for name, v in phases.items()},
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    result = analyse(read(args.trace))
+    print(f"{args.trace}: {result['tiles']} tiles, {result['blocks_per_tile']} key blocks each (median)")
+    print(f"  turn period (steady, per warpgroup) {result['turn_period_cycles']:8.0f} cycles")
+    print(f"  tile                                {result['tile_cycles']:8.0f} cycles")
+    print(f"  tile beyond blocks x period         {result['tile_overhead_cycles']:8.0f} cycles")
+    order = ["mid: turn -> S done", "mid: S done -> softmax done", "mid: softmax -> P.V done",
+             "mid: P.V done -> next turn", "end: last turn -> P.V done", "end: P.V done -> normalized",
+             "end: normalized -> store issued", "end: store issued -> next tile", "start: tile -> planned",
+             "start: planned -> Q, K ready", "start: Q, K ready -> first turn", "start: first turn -> S done",
+             "start: S done -> softmax done", "start: softmax done -> second turn"]
+    print(f"  {'phase':40s} {'median':>8s} {'p10':>8s} {'p90':>8s}")
+    for name in order:
+        if name in result["phases"]:
+            ph = result["phases"][name]
+            print(f"  {name:40s} {ph['median']:8.0f} {ph['p10']:8.0f} {ph['p90']:8.0f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+#pragma once
+// Development timeline of the sm90 forward, compiled in only with FLASHATTN_SM90_TRACE: one
+// thread of each warpgroup records (event, SM clock) where a tile starts, where each GEMM turn
+// begins and where each phase of the softmax and epilogue ends. The launch copies the last
+// call's records to the file FLASHATTN_SM90_TRACE_FILE names; bench/sm90_trace.py reads it.
+// Each warpgroup keeps its first kTraceRecords records. Without the macro a Tracer is empty and
+// every record compiles to nothing. Records perturb what they observe: in a traced build ptxas
+// keeps the P.V wait after the softmax (it hoists it above otherwise) and spills more outside
+// the mainloop, so phases are those of the traced code (NOTES.md, run 9).
+#include <cute/config.hpp>
+
+#include <cstdint>
+
+namespace flashattn::cuda::sm90 {
+
+enum class TraceEvent : std::uint64_t {
+  none = 0,   // an unused record
+  tile,       // consumers: the tile's index arrived; producer: a tile's loads begin
+  planned,    // consumers: the tile's mask and key range computed
+  operands,   // consumers: Q and the first K of the tile are in shared memory
+  turn,       // consumers: their GEMM turn began (wait_turn returned)
+  s_done,     // consumers: S = Q K^T of the block complete
+  softmax,    // consumers: the block's softmax step done (P ready for the first block)
+  pv_done,    // consumers: O += P V of the block complete
+  finalized,  // consumers: O normalized, LSE computed
+  stored,     // consumers: the epilogue issued the tile's store
+  claimed,    // producer: the next tile claimed
+};
+
+// Records per (CTA, warpgroup): warpgroup 0 is the producer (its thread 0 issues the TMA
+// loads), 1.. the consumers.
+constexpr int kTraceWarpGroups = 4;
+constexpr int kTraceRecords = 4096;
+
+#ifdef FLASHATTN_SM90_TRACE
+// Holds only a count: the buffer is read from the kernel parameters and the slot recomputed at
+// each record, so that tracing takes one register from the kernel it observes.
+struct Tracer {
+  std::uint64_t* const& buffer;  // the kernel parameter
+  int count = 0;
+
+  CUTE_DEVICE Tracer(std::uint64_t* const& buffer_param) : buffer(buffer_param) {}
+  // Thread 0 of each warpgroup records: the event in the top 8 bits, the SM's clock below.
+  CUTE_DEVICE void operator()(TraceEvent event) {
+    if (buffer == nullptr || threadIdx.x % 128 != 0 || count >= kTraceRecords) return;
+    const std::int64_t slot = std::int64_t(blockIdx.x) * kTraceWarpGroups + threadIdx.x / 128;
+    buffer[slot * kTraceRecords + count++] =
+        (std::uint64_t(event) << 56) | (std::uint64_t(clock64()) & ((1ull << 56) - 1));
+  }
+};
+#else
+struct Tracer {
+  CUTE_DEVICE Tracer(std::uint64_t* const&) {}
+  CUTE_DEVICE void operator()(TraceEvent) const {}
+};
+#endif
+
+}  // namespace flashattn::cuda::sm90
