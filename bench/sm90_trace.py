@@ -17,8 +17,8 @@ import statistics
 import sys
 
 EVENTS = ["none", "tile", "planned", "operands", "turn", "s_done", "softmax", "pv_done", "finalized",
-          "stored", "claimed"]
-WARP_GROUPS = 4  # kTraceWarpGroups
+          "stored"]
+WARP_GROUPS = 4  # kTraceWarpGroups (0, the producer, records nothing)
 RECORDS = 4096   # kTraceRecords
 
 

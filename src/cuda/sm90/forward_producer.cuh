@@ -10,7 +10,6 @@
 
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tile.cuh"
-#include "cuda/sm90/forward_trace.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -48,7 +47,6 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
   auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
   const int num_tiles = p.scheduler.num_tiles();
-  Tracer trace(p.trace);
 
   // Tells the consumers which tile comes next (num_tiles or more: none).
   auto publish = [&](int index) {
@@ -62,7 +60,6 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
 
   for (int index = blockIdx.x; index < num_tiles;) {
     publish(index);
-    trace(TraceEvent::tile);
     const TileWork w = plan_tile(p, index);
     // Claimed once this tile's loads are issued, i.e. about two key blocks before the
     // consumers finish it: late enough that the claim balances the CTAs' work.
@@ -70,7 +67,6 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
       int next = 0;
       if (leader) next = atomicAdd(p.tile_counter, 1) + int(gridDim.x);
       index = __shfl_sync(0xffffffffu, next, 0);
-      trace(TraceEvent::claimed);
     };
     if (w.key_blocks.empty()) {  // nothing to load: the consumers write zeros
       claim_next();

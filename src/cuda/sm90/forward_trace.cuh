@@ -1,6 +1,6 @@
 #pragma once
 // Development timeline of the sm90 forward, compiled in only with FLASHATTN_SM90_TRACE: one
-// thread of each warpgroup records (event, SM clock) where a tile starts, where each GEMM turn
+// thread of each consumer warpgroup records (event, SM clock) where a tile starts, where each GEMM turn
 // begins and where each phase of the softmax and epilogue ends. The launch copies the last
 // call's records to the file FLASHATTN_SM90_TRACE_FILE names; bench/sm90_trace.py reads it.
 // Each warpgroup keeps its first kTraceRecords records. Without the macro a Tracer is empty and
@@ -15,20 +15,19 @@ namespace flashattn::cuda::sm90 {
 
 enum class TraceEvent : std::uint64_t {
   none = 0,   // an unused record
-  tile,       // consumers: the tile's index arrived; producer: a tile's loads begin
-  planned,    // consumers: the tile's mask and key range computed
-  operands,   // consumers: Q and the first K of the tile are in shared memory
-  turn,       // consumers: their GEMM turn began (wait_turn returned)
-  s_done,     // consumers: S = Q K^T of the block complete
-  softmax,    // consumers: the block's softmax step done (P ready for the first block)
-  pv_done,    // consumers: O += P V of the block complete
-  finalized,  // consumers: O normalized, LSE computed
-  stored,     // consumers: the epilogue issued the tile's store
-  claimed,    // producer: the next tile claimed
+  tile,       // the tile's index arrived
+  planned,    // the tile's mask and key range computed
+  operands,   // Q and the first K of the tile are in shared memory
+  turn,       // the warpgroup's GEMM turn began (wait_turn returned)
+  s_done,     // S = Q K^T of the block complete
+  softmax,    // the block's softmax step done (P ready for the first block)
+  pv_done,    // O += P V of the block complete
+  finalized,  // O normalized, LSE computed
+  stored,     // the epilogue issued the tile's store
 };
 
-// Records per (CTA, warpgroup): warpgroup 0 is the producer (its thread 0 issues the TMA
-// loads), 1.. the consumers.
+// Records per (CTA, warpgroup), warpgroup = threadIdx.x / 128: 0 is the producer (records
+// nothing), 1.. the consumers.
 constexpr int kTraceWarpGroups = 4;
 constexpr int kTraceRecords = 4096;
 
