@@ -86,20 +86,29 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 
   for (;;) {
     pipeline_tile.consumer_wait(state_tile);
-    const int index = smem.tile_slot[state_tile.index()];
-    pipeline_tile.consumer_release(state_tile);
-    ++state_tile;
-    if (index >= num_tiles) break;
+    TileSlot const& slot = smem.tile_slot[state_tile.index()];
+    if (slot.index >= num_tiles) break;
+    // The slot is held until the tile's epilogue has read the plan. The producer refills it two
+    // tiles on and may wait for it, but nothing of this tile waits for the producer's next
+    // publication, so holding it cannot deadlock.
+    auto next_tile = [&]() {
+      pipeline_tile.consumer_release(state_tile);
+      ++state_tile;
+    };
     trace(TraceEvent::tile);
-    // What the mainloop needs of the tile, so that its full description need not stay live.
+    // What the mainloop needs of the plan, read into registers once.
     KeyTileRange blocks;
     int unmasked_begin, unmasked_end;  // keys that every row of the tile sees
     detail::KeyRange row_keys[kRows];
     {
-      const TileWork w = plan_tile(p, index);
-      if (w.rows <= 0) continue;
+      TileWork const& w = slot.work;
+      if (w.rows <= 0) {
+        next_tile();
+        continue;
+      }
       if (w.key_blocks.empty()) {
         ForwardEpilogue<Traits>::store_empty(p, w, thread);
+        next_tile();
         continue;
       }
       blocks = w.key_blocks;
@@ -196,11 +205,12 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     float lse[kRows];
     softmax.finalize(out, p.logit_scale, lse);
     trace(TraceEvent::finalized);
-    ForwardEpilogue<Traits>::store(p, smem, plan_tile(p, index), tOrO, out_coords, lse, thread);
+    ForwardEpilogue<Traits>::store(p, smem, slot.work, tOrO, out_coords, lse, thread);
     trace(TraceEvent::stored);
     if constexpr (Traits::kOutputInQueryTile)  // the store has read the output tile
       pipeline_q.consumer_release(state_q);
     ++state_q;
+    next_tile();
   }
   if (thread % 128 == 0) tma_store_wait<0>();  // shared memory must outlive the last store
 }

@@ -1,9 +1,9 @@
 #pragma once
-// The producer warp of the sm90 forward: issues every TMA load of the CTA's tiles and nothing
-// else. Per tile: the first K block, then Q (into a free Q stage: up to head dim 128 there are
-// two, so the next tile's Q arrives while this one runs), then K and V interleaved in the
-// order the consumers use them (K of block j - 1 before V of block j, since QK^T of the next
-// block runs ahead of P.V of the current one).
+// The producer warp of the sm90 forward: plans each of the CTA's tiles, hands the plan to the
+// consumers and issues every TMA load. Per tile: the first K block, then Q (into a free Q
+// stage: up to head dim 128 there are two, so the next tile's Q arrives while this one runs),
+// then K and V interleaved in the order the consumers use them (K of block j - 1 before V of
+// block j, since QK^T of the next block runs ahead of P.V of the current one).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -48,19 +48,19 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
   const int num_tiles = p.scheduler.num_tiles();
 
-  // Tells the consumers which tile comes next (num_tiles or more: none).
-  auto publish = [&](int index) {
+  // Tells the consumers which tile comes next (num_tiles or more: none) and its plan.
+  auto publish = [&](int index, TileWork const& w) {
     if (leader) {
       pipeline_tile.producer_acquire(state_tile);
-      smem.tile_slot[state_tile.index()] = index;
+      smem.tile_slot[state_tile.index()] = {index, w};
       pipeline_tile.producer_commit(state_tile);
     }
     ++state_tile;
   };
 
   for (int index = blockIdx.x; index < num_tiles;) {
-    publish(index);
     const TileWork w = plan_tile(p, index);
+    publish(index, w);
     // Claimed once this tile's loads are issued, i.e. about two key blocks before the
     // consumers finish it: late enough that the claim balances the CTAs' work.
     auto claim_next = [&]() {
@@ -112,7 +112,7 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
     load_v(w.key_blocks.begin);
     claim_next();
   }
-  publish(num_tiles);
+  publish(num_tiles, TileWork{});
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -1,7 +1,7 @@
 #pragma once
 // What one tile of the sm90 forward covers: the scheduler's (query block, head, batch), the
-// sequence's rows, and the key blocks its rows see. The producer and the consumers compute it
-// independently from the tile index, so they agree without talking.
+// sequence's rows, and the key blocks its rows see. The producer computes it from the tile
+// index and passes it on to the consumers with the index.
 #include <cute/config.hpp>
 
 #include "cuda/common/mask.cuh"
@@ -38,6 +38,16 @@ struct TileWork {
   int rows;               // query rows of the tile inside the sequence (<= 0: none)
   BlockMask mask;         // the tile's rows (valid when rows > 0)
   KeyTileRange key_blocks;  // key blocks to visit, last to first; empty: the rows see no key
+};
+
+// How the producer hands a tile to the consumers (a slot of shared memory per stage of the
+// tile pipeline): its index (num_tiles or more: no tile left) and its plan. The producer plans
+// every tile for its loads anyway; the consumers read the plan instead of redoing its integer
+// divisions at the start of the tile and again in its epilogue, both on the critical path at
+// every tile boundary (NOTES.md, run 10). A consumer holds the slot until its epilogue is done.
+struct TileSlot {
+  int index;
+  TileWork work;
 };
 
 template <class Traits>

@@ -11,6 +11,8 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "cuda/sm90/forward_tile.cuh"
+
 // Key-block sizes for head dims 192 and 256 (tuning knobs for measurements; see NOTES.md).
 #ifndef FLASHATTN_SM90_BLOCK_N_HD192
 #define FLASHATTN_SM90_BLOCK_N_HD192 112
@@ -107,7 +109,7 @@ struct ForwardTraits {
   using PipelineQ = cutlass::PipelineTmaAsync<kQueryStages>;
   using PipelineK = cutlass::PipelineTmaAsync<kStages>;
   using PipelineV = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineTile = cutlass::PipelineAsync<2>;  // tile indices, producer -> consumers
+  using PipelineTile = cutlass::PipelineAsync<2>;  // tile slots, producer -> consumers
 
   struct Empty {};
   struct SharedStorage {
@@ -119,7 +121,7 @@ struct ForwardTraits {
     typename PipelineK::SharedStorage pipeline_k;
     typename PipelineV::SharedStorage pipeline_v;
     typename PipelineTile::SharedStorage pipeline_tile;
-    int tile_slot[2];
+    TileSlot tile_slot[2];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
