@@ -3,8 +3,9 @@
 # shapes, on a GPU machine. Usage: bench/ncu_profile.sh BIN_DIR OUT_DIR [TARGET ...]
 #   BIN_DIR: a build's folder (tools/flashattn inside); OUT_DIR: where reports and text go.
 #   Targets (default: all but the *-kernels ones): bwd-d128 bwd-d64 bwd-d256 fa2-bwd-d128
-#   fa2-bwd-d64 fa2-bwd-d256 decode-4k fa2-decode-4k; fwd-d128 (the forward at n = 8k, the
-#   sm90 kernel on Hopper; not in the default set); bwd-d128-kernels fa2-bwd-d128-kernels (the
+#   fa2-bwd-d64 fa2-bwd-d256 decode-4k fa2-decode-4k; fwd-d128 and fwd-d128-1k (the forward at
+#   n = 8k and at n = 1k, where tile boundaries weigh most; the sm90 kernel on Hopper; not in
+#   the default set); bwd-d128-kernels fa2-bwd-d128-kernels (the
 #   duration of every kernel of one backward, ours and PyTorch FA2's: the share of the passes
 #   around the main kernel); decode-4k-kernels fa2-decode-4k-kernels cudnn-decode-4k-kernels
 #   (the same for one decoding call: split kernel and combine).
@@ -53,6 +54,7 @@ for t in $targets; do
     fa2-bwd-d64) profile "$t" "flash_bwd_dq_dk_dv" 0 "${sdpa[@]}" FLASH_ATTENTION 2 32 32 8192 8192 64 1 ;;
     fa2-bwd-d256) profile "$t" "flash_bwd_dq_dk_dv" 0 "${sdpa[@]}" FLASH_ATTENTION 2 8 8 8192 8192 256 1 ;;
     fwd-d128) profile "$t" forward_kernel 0 "$cli" run --backend cuda --batch 2 --heads 16 --seqlen 8192 --headdim 128 --check-rows 1 --seed 1 ;;
+    fwd-d128-1k) profile "$t" forward_kernel 0 "$cli" run --backend cuda --batch 16 --heads 16 --seqlen 1024 --headdim 128 --check-rows 1 --seed 1 ;;
     decode-4k) profile "$t" forward_kernel 0 "$cli" run --backend cuda --batch 8 --heads 32 --heads-kv 8 --seqlen 1 --seqlen-k 4096 --headdim 128 --check-rows 1 --seed 1 ;;
     fa2-decode-4k) profile "$t" "flash_fwd_splitkv_kernel" 0 "${sdpa[@]}" FLASH_ATTENTION 8 32 8 1 4096 128 0 ;;
     bwd-d128-kernels) durations "$t" "backward|convert|reduce" 0 6 "$cli" run --backend cuda --batch 2 --heads 16 --seqlen 8192 --headdim 128 --backward --check-rows 1 --seed 1 ;;
