@@ -27,7 +27,7 @@ inline void expect_forward_ok(const Case& c, DType dtype, DeviceKind device) {
   EXPECT_TRUE(r.padding_untouched);
   EXPECT_TRUE(r.masked_rows_ok);
   EXPECT_LE(r.out_error, tolerance(r.out_baseline, dtype, c));
-  EXPECT_LE(r.lse_error, dtype == DType::f32 ? 1e-5 : 1e-3);
+  EXPECT_LE(r.lse_error, lse_tolerance(dtype, c));
 }
 
 inline void expect_backward_ok(const Case& c, DType dtype, DeviceKind device, bool deterministic = false) {
