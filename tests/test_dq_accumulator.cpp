@@ -14,6 +14,7 @@ namespace flashattn::testing {
 namespace {
 
 using cuda::sm80::BackwardParams;
+constexpr int kB = BackwardParams::kDqBlock;
 
 // Params for a varlen batch of these query lengths (fixed-length batches are the case of equal
 // lengths), as backward_launch.cuh fills them for a kernel of block_m query rows.
@@ -38,7 +39,7 @@ void check_layout(const std::vector<int>& lengths, int heads, int head_dim, int 
     const int rows = (lengths[b] + block_m - 1) / block_m * block_m;  // whole query blocks
     for (int row = 0; row < rows; ++row) {
       const std::int64_t acc_row = p.dq_accum_row(b, dense_q, row);
-      if (row == 0) ASSERT_EQ(acc_row % 8, 0) << "sequence " << b << " does not start a row group";
+      if (row == 0) ASSERT_EQ(acc_row % kB, 0) << "sequence " << b << " does not start a row group";
       for (int h = 0; h < heads; ++h)
         for (int c = 0; c < head_dim; ++c) {
           const std::int64_t at = p.dq_accum_offset(acc_row, h, c, head_dim);
@@ -51,13 +52,14 @@ void check_layout(const std::vector<int>& lengths, int heads, int head_dim, int 
     }
     dense_q += lengths[b];
   }
-  // An aligned 8 x 8 block is 64 consecutive floats, row-major; row groups are group_stride apart.
+  // An aligned kB x kB block is kB * kB consecutive floats, row-major; row groups are
+  // group_stride apart.
   for (int h = 0; h < heads; ++h)
-    for (int c0 = 0; c0 < head_dim; c0 += 8) {
-      const std::int64_t base = p.dq_accum_offset(8, h, c0, head_dim);
-      for (int i = 0; i < 8; ++i)
-        for (int j = 0; j < 8; ++j) ASSERT_EQ(p.dq_accum_offset(8 + i, h, c0 + j, head_dim), base + i * 8 + j);
-      ASSERT_EQ(p.dq_accum_offset(16, h, c0, head_dim) - base, p.dq_accum_group_stride(head_dim));
+    for (int c0 = 0; c0 < head_dim; c0 += kB) {
+      const std::int64_t base = p.dq_accum_offset(kB, h, c0, head_dim);
+      for (int i = 0; i < kB; ++i)
+        for (int j = 0; j < kB; ++j) ASSERT_EQ(p.dq_accum_offset(kB + i, h, c0 + j, head_dim), base + i * kB + j);
+      ASSERT_EQ(p.dq_accum_offset(2 * kB, h, c0, head_dim) - base, p.dq_accum_group_stride(head_dim));
     }
 }
 

@@ -18,6 +18,20 @@ struct CombineShape {
   static constexpr int kThreads = kRowsPerCta * kThreadsPerRow;
 };
 
+// Per-component helpers for a thread's 4 output columns.
+CUTE_DEVICE void scale(float4& acc, float factor) {
+  acc.x *= factor;
+  acc.y *= factor;
+  acc.z *= factor;
+  acc.w *= factor;
+}
+CUTE_DEVICE void add_scaled(float4& acc, float w, float4 o) {
+  acc.x += w * o.x;
+  acc.y += w * o.y;
+  acc.z += w * o.z;
+  acc.w += w * o.w;
+}
+
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(CombineShape<kHeadDim>::kThreads)
     combine_splits_kernel(const __grid_constant__ ForwardParams params) {
@@ -66,28 +80,18 @@ __global__ void __launch_bounds__(CombineShape<kHeadDim>::kThreads)
     const float rescale = __expf(max_lse - new_max);  // 0 while nothing was seen
     max_lse = new_max;
     sum *= rescale;
-    acc.x *= rescale;
-    acc.y *= rescale;
-    acc.z *= rescale;
-    acc.w *= rescale;
+    scale(acc, rescale);
 #pragma unroll
     for (int u = 0; u < kChunk; ++u) {
       const float w = __expf(lse_s[u] - max_lse);
       sum += w;
-      acc.x += w * o[u].x;
-      acc.y += w * o[u].y;
-      acc.z += w * o[u].z;
-      acc.w += w * o[u].w;
+      add_scaled(acc, w, o[u]);
     }
   }
   float lse = -INFINITY;
   if (max_lse != -INFINITY) {
     lse = max_lse + __logf(sum);
-    const float inv = 1.f / sum;
-    acc.x *= inv;
-    acc.y *= inv;
-    acc.z *= inv;
-    acc.w *= inv;
+    scale(acc, 1.f / sum);
   }
 
   Element* dst = static_cast<Element*>(params.out) +
