@@ -325,13 +325,17 @@ int run_tune() {
   const auto t256 = train_shapes({256}, {1024});
   tune_variant<256, 128, 64, 8>(t256);
   tune_variant<256, 64, 64, 4>(t256);
-  // Decoding: split counts on the decode tiles.
-  for (const BenchShape& s : decode_shapes()) {
-    if (s.nk > 16384) continue;
+  // Decoding: split counts on the decode tiles, and a narrower tile (GQA-packed decoding has 4
+  // live rows: 16 rows and 64 keys need a fraction of the 64 x 128 tile's shared memory).
+  for (int nk : {2048, 4096, 16384, 65536, 131072}) {
+    const BenchShape s{8, 32, 8, 1, nk, 128, false};
     DeviceProblem p(s, DType::bf16);
-    for (int splits : {1, 2, 4, 8, 16})
+    for (int splits : {0, 4})
       print_row("decode 64x128 s" + std::to_string(splits), s,
                 time_ms([&] { run_variant<128, 64, 128, 4>(p.args, splits); }));
+    for (int splits : {0, 4, 6, 8, 10, 12, 16})
+      print_row("decode 16x64w1 s" + std::to_string(splits), s,
+                time_ms([&] { run_variant<128, 16, 64, 1>(p.args, splits); }));
   }
   return 0;
 }
