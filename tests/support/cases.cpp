@@ -147,11 +147,13 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.with_lse = false;
     add(c);
   }
-  // More query tiles than a GPU has SMs (192 at d = 64, 288 at d = 128 against 132 on an
-  // H100): persistent kernels run several tiles per CTA, so buffers reused across tiles (the
-  // sm90 forward's two Q stages and per-warpgroup output stores) are exercised. Short keys keep
-  // the reference cheap; causal with seqlen_q > seqlen_k mixes empty tiles among full ones.
-  for (int d : {64, 128}) {
+  // More query tiles than a GPU has SMs (192 at d = 64, 288 at d = 128 and 256 against 132 on
+  // an H100): persistent kernels run several tiles per CTA, so buffers reused across tiles (the
+  // sm90 forward's two Q stages and per-warpgroup output stores, its output over Q at d = 256)
+  // are exercised. Short keys keep the reference cheap; causal with seqlen_q > seqlen_k mixes
+  // empty tiles among full ones. At d = 256 the 1100 query rows also reach the sm80 family's tall
+  // prefill tile, which shorter sequences do not use.
+  for (int d : {64, 128, 256}) {
     Case c;
     c.name = "many_tiles_hd" + std::to_string(d);
     c.batch = 4;
