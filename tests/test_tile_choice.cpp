@@ -40,20 +40,22 @@ TEST(Sm90TileChoice, SharedTableRunsEveryTileHeightOverManyTiles) {
   EXPECT_TRUE(regular) << "no case runs 128-row tiles several per CTA";
 }
 
-TEST(Sm80TileChoice, ShortPrefillTilesOnlyAtHeadDim256AndShortQueries) {
+TEST(Sm80TileChoice, ShortPrefillTilesOnlyAtHeadDim256ShortUnpackedQueries) {
   using cuda::sm80::short_prefill_tiles;
-  EXPECT_TRUE(short_prefill_tiles(256, 1));
-  EXPECT_TRUE(short_prefill_tiles(256, 1024));
-  EXPECT_FALSE(short_prefill_tiles(256, 1025));
-  EXPECT_FALSE(short_prefill_tiles(192, 1000));
-  EXPECT_FALSE(short_prefill_tiles(128, 200));
+  EXPECT_TRUE(short_prefill_tiles(256, 1, 1));
+  EXPECT_TRUE(short_prefill_tiles(256, 1024, 1));
+  EXPECT_FALSE(short_prefill_tiles(256, 1025, 1));
+  EXPECT_FALSE(short_prefill_tiles(256, 40, 4));  // GQA heads packed into rows
+  EXPECT_FALSE(short_prefill_tiles(192, 1000, 1));
+  EXPECT_FALSE(short_prefill_tiles(128, 200, 1));
 }
 
 TEST(Sm80TileChoice, SharedTableRunsBothPrefillTilesAtHeadDim256) {
   bool short_tiles = false, tall_tiles = false;
   for (const Case& c : shared_cases(TableFor::cuda)) {
-    if (c.head_dim != 256 || c.seqlen_q <= 64) continue;  // up to 64 rows: the decode path anyway
-    (cuda::sm80::short_prefill_tiles(c.head_dim, c.seqlen_q) ? short_tiles : tall_tiles) = true;
+    // Up to 64 query rows: the decode path, or packed heads; above, heads are never packed.
+    if (c.head_dim != 256 || c.seqlen_q <= 64) continue;
+    (cuda::sm80::short_prefill_tiles(c.head_dim, c.seqlen_q, 1) ? short_tiles : tall_tiles) = true;
   }
   EXPECT_TRUE(short_tiles) << "no d = 256 case runs the short prefill tile";
   EXPECT_TRUE(tall_tiles) << "no d = 256 case runs the 128 x 64 prefill tile";

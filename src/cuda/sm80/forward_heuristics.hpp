@@ -38,9 +38,11 @@ constexpr TileShape decode_tiles() {
 // short tile was 10% faster causal and 2.5% without a mask; at n = 4k the tall one was 3% faster
 // without a mask (1% slower causal). Half the rows per CTA and two CTAs per SM (96 KB against
 // 128 KB) balance short and masked work better; long unmasked rows gain more from the tall
-// tile's reuse of each K/V tile. Not measured at d = 192, nor between 1k and 4k; the launch
-// applies it only where query heads are not packed into rows (as measured).
-inline bool short_prefill_tiles(int head_dim, int seqlen_q) { return head_dim > 192 && seqlen_q <= 1024; }
+// tile's reuse of each K/V tile. Not measured at d = 192, nor between 1k and 4k, nor with query
+// heads packed into rows (pack > 1), which keep the tall tile.
+inline bool short_prefill_tiles(int head_dim, int seqlen_q, int pack) {
+  return head_dim > 192 && seqlen_q <= 1024 && pack == 1;
+}
 
 // GQA: pack the query heads of a group into the rows of one tile, so that one CTA streams each
 // K/V tile once for the whole group, when queries are short enough that the unpacked query

@@ -160,8 +160,8 @@ void run_forward(const detail::ForwardProblem& problem) {
   ForwardParams params = make_forward_params(problem);
   params.pack = choose_pack(problem, kPrefill);
   params.reverse_m_blocks = problem.window_left >= 0 || problem.window_right >= 0;
-  const bool short_prefill = params.pack == 1 && short_prefill_tiles(HeadDim, problem.seqlen_q);
-  if (use_decode_tiles(problem, params.pack, kDecode) || short_prefill)
+  if (use_decode_tiles(problem, params.pack, kDecode) ||
+      short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack))
     launch_forward<DecodeTraits>(problem, params, problem.device_index);
   else
     launch_forward<PrefillTraits>(problem, params, problem.device_index);

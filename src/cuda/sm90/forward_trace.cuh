@@ -1,7 +1,7 @@
 #pragma once
 // Development timeline of the sm90 forward, compiled in only with FLASHATTN_SM90_TRACE: one
-// thread of each consumer warpgroup records (event, SM clock) where a tile starts, where each GEMM turn
-// begins and where each phase of the softmax and epilogue ends. The launch copies the last
+// thread of each consumer warpgroup records (event, SM clock) where a tile starts, where each
+// GEMM turn begins and where each phase of the softmax and epilogue ends. The launch copies the last
 // call's records to the file FLASHATTN_SM90_TRACE_FILE names; bench/sm90_trace.py reads it.
 // Each warpgroup keeps its first kTraceRecords records. Without the macro a Tracer is empty and
 // every record compiles to nothing. Records perturb what they observe: in a traced build ptxas
