@@ -12,32 +12,58 @@ namespace {
 
 using cuda::sm90::query_block_rows;
 
-TEST(Sm90TileChoice, TallTilesOnlyAtSmallHeadDimsAndLittlePadding) {
-  EXPECT_EQ(query_block_rows(128, 4096), 128);
-  EXPECT_EQ(query_block_rows(256, 192), 128);
-  EXPECT_EQ(query_block_rows(64, 1), 128);       // 192 rows for 1 vs 128
-  EXPECT_EQ(query_block_rows(64, 1024), 128);    // 1152 rows vs 1024: 12.5% more
-  EXPECT_EQ(query_block_rows(64, 2048), 192);    // 2112 vs 2048: 3% more
-  EXPECT_EQ(query_block_rows(64, 16384), 192);
-  EXPECT_EQ(query_block_rows(64, 129), 192);     // 192 vs 256
-  EXPECT_EQ(query_block_rows(64, 576), 192);     // 576 vs 640: no padding at all
+constexpr int kSms = 132;  // H100 SXM / H200
+
+TEST(Sm90TileChoice, TallTilesAtSmallHeadDimsWhenTheyTakeFewerWaves) {
+  EXPECT_EQ(query_block_rows(128, 4096, 1024, kSms, false), 128);
+  EXPECT_EQ(query_block_rows(256, 192, 1024, kSms, false), 128);
+  // 16k tokens, 32 heads: 32 waves of 128-row tiles against 24 of 192-row ones.
+  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, false), 192);
+  EXPECT_EQ(query_block_rows(64, 16384, 32, kSms, false), 192);
+  // As many waves either way: the shorter tile.
+  EXPECT_EQ(query_block_rows(64, 1024, 2 * 16, kSms, false), 128);  // 2 waves each
+  EXPECT_EQ(query_block_rows(64, 2048, 8, kSms, false), 128);       // 1 wave each
+  EXPECT_EQ(query_block_rows(64, 1, 1024, kSms, false), 128);
+  // Masked: at most 4% more rows than 128-row tiles compute, then the waves.
+  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, true), 128);  // 1152 rows against 1024
+  EXPECT_EQ(query_block_rows(64, 2048, 8 * 32, kSms, true), 192);   // 2112 against 2048
+  EXPECT_EQ(query_block_rows(64, 2048, 8, kSms, true), 128);
 }
 
 long long tiles(const Case& c, int rows) {
   return (c.seqlen_q + rows - 1) / rows * (long long)c.heads_q * c.batch;
 }
 
+int rows_for(const Case& c) {
+  const bool masked = c.causal || c.window_left >= 0 || c.window_right >= 0;
+  return query_block_rows(c.head_dim, c.seqlen_q, (long long)c.heads_q * c.batch, kSms, masked);
+}
+
 TEST(Sm90TileChoice, SharedTableRunsEveryTileHeightOverManyTiles) {
-  constexpr int kSms = 132;  // H100 SXM / H200
   bool tall = false, regular = false;
   for (const Case& c : shared_cases(TableFor::cuda)) {
     if (c.varlen() || c.head_dim % 16 != 0 || c.head_dim > 256) continue;
-    const int rows = query_block_rows(c.head_dim, c.seqlen_q);
+    const int rows = rows_for(c);
     if (tiles(c, rows) <= kSms) continue;
     (rows == 192 ? tall : regular) = true;
   }
   EXPECT_TRUE(tall) << "no case runs 192-row tiles several per CTA";
   EXPECT_TRUE(regular) << "no case runs 128-row tiles several per CTA";
+}
+
+// A warpgroup whose 64 rows lie past the sequence takes a path of its own in the consumer
+// (forward_consumer.cuh): the table must reach it for both tile heights, between full tiles.
+TEST(Sm90TileChoice, SharedTableRunsIdleWarpgroupsOverManyTiles) {
+  bool tall = false, regular = false;
+  for (const Case& c : shared_cases(TableFor::cuda)) {
+    if (c.varlen() || c.head_dim % 16 != 0 || c.head_dim > 256) continue;
+    const int rows = rows_for(c);
+    const int last_tile_rows = c.seqlen_q % rows;
+    if (tiles(c, rows) <= kSms || last_tile_rows == 0 || last_tile_rows > rows - 64) continue;
+    (rows == 192 ? tall : regular) = true;
+  }
+  EXPECT_TRUE(tall) << "no case leaves a warpgroup of a 192-row tile idle";
+  EXPECT_TRUE(regular) << "no case leaves a warpgroup of a 128-row tile idle";
 }
 
 TEST(Sm80TileChoice, ShortPrefillTilesOnlyAtHeadDim256ShortUnpackedQueries) {

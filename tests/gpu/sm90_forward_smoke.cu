@@ -6,6 +6,8 @@
 //   sm90_forward_smoke small             one small causal GQA varlen call (for compute-sanitizer)
 //   sm90_forward_smoke one d n causal [reps]
 //                                        one benchmark shape, run reps times (for ncu)
+//   sm90_forward_smoke time d n batch heads causal
+//                                        one shape's median time and TFLOP/s (3 x 15 calls)
 //   sm90_forward_smoke bench [dims] [families] [variants]
 //                                        TFLOP/s at 16k tokens, hidden 2048 (b = 16384 / n,
 //                                        h = 2048 / d), median of CUDA-event timings; e.g.
@@ -533,12 +535,32 @@ int main(int argc, char** argv) {
       std::printf("one: %s x%d done\n", s.describe().c_str(), reps);
       return 0;
     }
+    if (mode == "time" && argc > 6) {
+      Shape s;
+      s.head_dim = std::atoi(argv[2]);
+      s.seqlen_q = s.seqlen_k = std::atoi(argv[3]);
+      s.batch = std::atoi(argv[4]);
+      s.heads_q = s.heads_kv = std::atoi(argv[5]);
+      s.causal = std::atoi(argv[6]) != 0;
+      Problem p(s, DType::bf16, 7, false);
+      warm_up(500);
+      std::vector<double> times;
+      for (int pass = 0; pass < 3; ++pass) times.push_back(median_ms(p, 15));
+      const double ms = median_of(times);
+      const double flops = 4.0 * s.batch * s.heads_q * double(s.seqlen_q) * s.seqlen_k * s.head_dim *
+                           (s.causal ? 0.5 : 1.0);
+      std::printf("time: %s %.4f ms %.1f TFLOP/s\n", s.describe().c_str(), ms, flops / ms * 1e-9);
+      return 0;
+    }
     if (mode == "bench")
       return run_bench(argc > 2 ? argv[2] : "128", argc > 3 ? argv[3] : "sm90", argc > 4 ? argv[4] : "0");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  std::fprintf(stderr, "usage: %s check [bf16|f16] | small | bench [dims] [families] [variants]\n", argv[0]);
+  std::fprintf(stderr,
+               "usage: %s check [bf16|f16] | small | one d n causal [reps] | time d n batch heads causal | "
+               "bench [dims] [families] [variants]\n",
+               argv[0]);
   return 2;
 }

@@ -8,6 +8,9 @@
 //  - ping-pong between the warpgroups (two, or three at d <= 64): each issues its GEMMs only
 //    in its turn (named barriers), so the others' softmax runs while its GEMMs occupy the
 //    tensor cores.
+// A warpgroup whose 64 rows all lie past the end of the sequence (in a sequence's last tile)
+// computes nothing: it only keeps step with the pipelines and the turns, and leaves the SM to
+// the warpgroups that have rows.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -98,6 +101,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     trace(TraceEvent::tile);
     // What the mainloop needs of the plan, read into registers once.
     KeyTileRange blocks;
+    bool idle;  // no row of this warpgroup lies in the sequence
     int unmasked_begin, unmasked_end;  // keys that every row of the tile sees
     detail::KeyRange row_keys[kRows];
     {
@@ -112,6 +116,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         continue;
       }
       blocks = w.key_blocks;
+      idle = warp_group * Traits::kRowsPerWarpGroup >= w.rows;
       unmasked_begin = w.mask.row_keys(w.mask.last_row).begin;
       unmasked_end = w.mask.row_keys(w.mask.first_row).end;
 #pragma unroll
@@ -146,64 +151,97 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     pipeline_q.consumer_wait(state_q);
     Tensor tSrQ_tile = tSrQ(_, _, _, state_q.index());
 
-    // Last key block: S only.
-    int block = blocks.end - 1;
-    pipeline_k.consumer_wait(state_k);
-    trace(TraceEvent::operands);
-    turns.wait_turn();
-    trace(TraceEvent::turn);
-    warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
-    turns.pass_turn();
-    warpgroup_wait<0>();
-    trace(TraceEvent::s_done);
-    pipeline_k.consumer_release(state_k);
-    ++state_k;
-    to_logits(block);
-    auto correction = softmax.template step<true>(scores);
-    to_probabilities();
-    trace(TraceEvent::softmax);
-
-    // Middle blocks: S of block j - 1 computes while O is rescaled for, and then accumulates,
-    // P_j V_j.
-    for (--block; block >= blocks.begin; --block) {
+    if (idle) {
+      // The same pipeline waits and releases, and the same turns, as the mainloop below, in
+      // its order, without the GEMMs and the softmax.
       pipeline_k.consumer_wait(state_k);
+      turns.wait_turn();
+      turns.pass_turn();
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+      for (int block = blocks.end - 2; block >= blocks.begin; --block) {
+        pipeline_k.consumer_wait(state_k);
+        turns.wait_turn();
+        pipeline_v.consumer_wait(state_v);
+        turns.pass_turn();
+        pipeline_k.consumer_release(state_k);
+        ++state_k;
+        pipeline_v.consumer_release(state_v);
+        ++state_v;
+      }
+      if constexpr (!Traits::kOutputInQueryTile) pipeline_q.consumer_release(state_q);
+      pipeline_v.consumer_wait(state_v);
+      turns.wait_turn();
+      turns.pass_turn();
+      pipeline_v.consumer_release(state_v);
+      ++state_v;
+    } else {
+      // Last key block: S only.
+      int block = blocks.end - 1;
+      pipeline_k.consumer_wait(state_k);
+      trace(TraceEvent::operands);
       turns.wait_turn();
       trace(TraceEvent::turn);
       warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
-      Softmax::rescale(out, correction);
-      pipeline_v.consumer_wait(state_v);
-      warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
       turns.pass_turn();
-      warpgroup_wait<1>();  // S done; P.V may still run
+      warpgroup_wait<0>();
       trace(TraceEvent::s_done);
       pipeline_k.consumer_release(state_k);
       ++state_k;
       to_logits(block);
-      correction = softmax.template step<false>(scores);
+      auto correction = softmax.template step<true>(scores);
+      to_probabilities();
       trace(TraceEvent::softmax);
-      warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
+
+      // Middle blocks: S of block j - 1 computes while O is rescaled for, and then accumulates,
+      // P_j V_j.
+      for (--block; block >= blocks.begin; --block) {
+        pipeline_k.consumer_wait(state_k);
+        turns.wait_turn();
+        trace(TraceEvent::turn);
+        warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
+        Softmax::rescale(out, correction);
+        pipeline_v.consumer_wait(state_v);
+        warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+        turns.pass_turn();
+        warpgroup_wait<1>();  // S done; P.V may still run
+        trace(TraceEvent::s_done);
+        pipeline_k.consumer_release(state_k);
+        ++state_k;
+        to_logits(block);
+        correction = softmax.template step<false>(scores);
+        trace(TraceEvent::softmax);
+        warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
+        trace(TraceEvent::pv_done);
+        pipeline_v.consumer_release(state_v);
+        ++state_v;
+        to_probabilities();
+      }
+      if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of the tile is complete
+        pipeline_q.consumer_release(state_q);
+
+      // First key block: P.V only.
+      Softmax::rescale(out, correction);
+      pipeline_v.consumer_wait(state_v);
+      turns.wait_turn();
+      trace(TraceEvent::turn);
+      warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+      turns.pass_turn();
+      warpgroup_wait<0>();
       trace(TraceEvent::pv_done);
       pipeline_v.consumer_release(state_v);
       ++state_v;
-      to_probabilities();
     }
-    if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of the tile is complete
-      pipeline_q.consumer_release(state_q);
 
-    // First key block: P.V only.
-    Softmax::rescale(out, correction);
-    pipeline_v.consumer_wait(state_v);
-    turns.wait_turn();
-    trace(TraceEvent::turn);
-    warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
-    turns.pass_turn();
-    warpgroup_wait<0>();
-    trace(TraceEvent::pv_done);
-    pipeline_v.consumer_release(state_v);
-    ++state_v;
-
+    // The epilogue runs for an idle warpgroup too (at d > 128 it holds a barrier of all consumer
+    // warpgroups); it stores none of that warpgroup's rows.
     float lse[kRows];
-    softmax.finalize(out, p.logit_scale, lse);
+    if (idle) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) lse[r] = -INFINITY;
+    } else {
+      softmax.finalize(out, p.logit_scale, lse);
+    }
     trace(TraceEvent::finalized);
     ForwardEpilogue<Traits>::store(p, smem, slot.work, tOrO, out_coords, lse, thread);
     trace(TraceEvent::stored);

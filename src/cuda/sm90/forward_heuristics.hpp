@@ -3,15 +3,25 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Query rows per tile. Up to head dim 64, 192-row tiles (three consumer warpgroups) ran 9-12%
-// faster than 128-row ones on long sequences (H100, NOTES.md run 7), but they pad the last tile
-// of every sequence more (n = 1024: 1152 rows computed instead of 1024): take them unless they
-// compute more than 4% more rows than 128-row tiles would.
-inline int query_block_rows(int head_dim, int seqlen_q) {
+// Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
+// ran 9-12% faster per row on long sequences (H100, NOTES.md run 7). A warpgroup whose 64 rows
+// all lie past the end of a sequence skips its GEMMs and softmax (run 13), so padding costs
+// little without a mask: there the choice is about waves. A 192-row tile took about 1.25x as
+// long as a 128-row one at n = 1k (run 13); take it when its waves, weighted so, are fewer.
+// With a causal mask or a window the taller tile also computes more masked scores on the
+// diagonal (n = 512 / 1k causal: 4% / 8% slower with 192 rows), so there it must not pad more
+// than 4% rows beyond what 128-row tiles compute. `heads_x_batch`: query heads times batch.
+inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool masked) {
   if (head_dim > 64) return 128;
   const long long n = seqlen_q > 0 ? seqlen_q : 1;
-  const long long rows_128 = (n + 127) / 128 * 128, rows_192 = (n + 191) / 192 * 192;
-  return rows_192 * 100 <= rows_128 * 104 ? 192 : 128;
+  if (masked) {
+    const long long rows_128 = (n + 127) / 128 * 128, rows_192 = (n + 191) / 192 * 192;
+    if (rows_192 * 100 > rows_128 * 104) return 128;
+  }
+  const long long sms = sm_count > 0 ? sm_count : 1;
+  const long long waves_128 = ((n + 127) / 128 * heads_x_batch + sms - 1) / sms;
+  const long long waves_192 = ((n + 191) / 192 * heads_x_batch + sms - 1) / sms;
+  return waves_192 * 5 < waves_128 * 4 ? 192 : 128;
 }
 
 }  // namespace flashattn::cuda::sm90
