@@ -3,6 +3,10 @@
 // the GPU suite, not only in benchmarks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+
+#include "common/mask.hpp"
 #include "cuda/sm80/forward_heuristics.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "support/cases.hpp"
@@ -64,6 +68,45 @@ TEST(Sm90TileChoice, SharedTableRunsIdleWarpgroupsOverManyTiles) {
   }
   EXPECT_TRUE(tall) << "no case leaves a warpgroup of a 192-row tile idle";
   EXPECT_TRUE(regular) << "no case leaves a warpgroup of a 128-row tile idle";
+}
+
+// Key blocks [begin, end) that query rows first..last see (as the sm90 producer and consumers
+// count them).
+std::pair<int, int> key_blocks(const Case& c, int first, int last) {
+  const int right = c.causal ? 0 : c.window_right;
+  const detail::KeyRange a = detail::visible_keys(first, c.seqlen_q, c.seqlen_k, c.window_left, right);
+  const detail::KeyRange b = detail::visible_keys(last, c.seqlen_q, c.seqlen_k, c.window_left, right);
+  if (b.end <= a.begin) return {0, 0};
+  const int n = cuda::sm90::key_block_cols(c.head_dim);
+  return {a.begin / n, (b.end + n - 1) / n};
+}
+
+// Each consumer warpgroup computes only the key blocks its own 64 rows see and sits out the
+// rest of its tile's turns (forward_consumer.cuh): after its last block (a causal diagonal,
+// with 192-row tiles or key blocks narrower than 128) and before its first (a window). The
+// table must reach each of these.
+TEST(Sm90TileChoice, SharedTableRunsWarpgroupsOverPartOfTheirTilesKeys) {
+  bool tall_tile_skips_last = false, narrow_blocks_skip_last = false, skips_first = false;
+  for (const Case& c : shared_cases(TableFor::cuda)) {
+    const int d = c.head_dim;
+    const bool sm90_head_dim = d == 64 || d == 96 || d == 128 || d == 192 || d == 256;
+    if (c.varlen() || !sm90_head_dim) continue;
+    const int rows = rows_for(c);
+    for (int row0 = 0; row0 < c.seqlen_q; row0 += rows) {
+      const int last = std::min(row0 + rows, c.seqlen_q) - 1;
+      const auto tile = key_blocks(c, row0, last);
+      if (tile.first >= tile.second) continue;
+      for (int first = row0; first <= last; first += 64) {
+        const auto mine = key_blocks(c, first, std::min(first + 63, last));
+        if (mine.first >= mine.second) continue;
+        if (mine.second < tile.second) (rows == 192 ? tall_tile_skips_last : narrow_blocks_skip_last) = true;
+        if (mine.first > tile.first) skips_first = true;
+      }
+    }
+  }
+  EXPECT_TRUE(tall_tile_skips_last) << "no 192-row tile has a warpgroup that sees fewer key blocks than its tile";
+  EXPECT_TRUE(narrow_blocks_skip_last) << "no 128-row tile has a warpgroup that sees fewer key blocks than its tile";
+  EXPECT_TRUE(skips_first) << "no tile has a warpgroup whose first key block comes after its tile's";
 }
 
 TEST(Sm80TileChoice, ShortPrefillTilesOnlyAtHeadDim256ShortUnpackedQueries) {

@@ -168,6 +168,18 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.causal = true;
     add(c);
   }
+  // Causal 192-row sm90 tiles (d = 64: 44 x 3 tiles of 192 rows take one wave, 44 x 5 of 128 two):
+  // in a diagonal tile the first warpgroup sees fewer key blocks than the last and sits out the
+  // turns of the others. GPU table only, to keep the CPU backend's suite short.
+  if (backend == TableFor::cuda) {
+    Case c;
+    c.name = "tall_tiles_causal";
+    c.batch = 4;
+    c.heads_q = c.heads_kv = 11;
+    c.seqlen_q = c.seqlen_k = 576;
+    c.causal = true;
+    add(c);
+  }
   // Large magnitudes: scores in the thousands must not overflow or produce NaN.
   {
     Case c;

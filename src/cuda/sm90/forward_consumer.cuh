@@ -8,9 +8,11 @@
 //  - ping-pong between the warpgroups (two, or three at d <= 64): each issues its GEMMs only
 //    in its turn (named barriers), so the others' softmax runs while its GEMMs occupy the
 //    tensor cores.
-// A warpgroup whose 64 rows all lie past the end of the sequence (in a sequence's last tile)
-// computes nothing: it only keeps step with the pipelines and the turns, and leaves the SM to
-// the warpgroups that have rows.
+// Each warpgroup computes only the key blocks that its own 64 rows see, a sub-range of the
+// tile's: near a causal diagonal or a window's edge a warpgroup may see fewer blocks than the
+// tile's last rows (192-row tiles, or key blocks narrower than the tile), and one whose rows all
+// lie past the end of the sequence sees none. For the other blocks it only keeps step with the
+// pipelines and the turns, and leaves the SM to the warpgroups that compute.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -100,9 +102,9 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     };
     trace(TraceEvent::tile);
     // What the mainloop needs of the plan, read into registers once.
-    KeyTileRange blocks;
-    bool idle;  // no row of this warpgroup lies in the sequence
-    int unmasked_begin, unmasked_end;  // keys that every row of the tile sees
+    KeyTileRange blocks;  // the tile's key blocks
+    KeyTileRange mine;    // those that this warpgroup's rows see (empty: none)
+    int unmasked_begin, unmasked_end;  // keys that every row of this warpgroup sees
     detail::KeyRange row_keys[kRows];
     {
       TileWork const& w = slot.work;
@@ -116,16 +118,19 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         continue;
       }
       blocks = w.key_blocks;
-      idle = warp_group * Traits::kRowsPerWarpGroup >= w.rows;
-      unmasked_begin = w.mask.row_keys(w.mask.last_row).begin;
-      unmasked_end = w.mask.row_keys(w.mask.first_row).end;
+      BlockMask own = w.mask;  // this warpgroup's rows that lie in the sequence
+      own.first_row = w.row0 + warp_group * Traits::kRowsPerWarpGroup;
+      own.last_row = min(own.first_row + Traits::kRowsPerWarpGroup - 1, w.mask.last_row);
+      mine = own.first_row <= own.last_row ? own.tiles(kBlockN) : KeyTileRange{};
+      unmasked_begin = own.row_keys(own.last_row).begin;
+      unmasked_end = own.row_keys(own.first_row).end;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) row_keys[r] = w.mask.row_keys(w.row0 + get<0>(score_coords(r, 0)));
     }
     trace(TraceEvent::planned);
 
-    // Raw q.k -> logits, then the mask where some row of the tile does not see every key of
-    // the block.
+    // Raw q.k -> logits, then the mask where some row of this warpgroup does not see every key
+    // of the block.
     auto to_logits = [&](int block) {
       if (p.transform == ScoreTransform::softcap) {
 #pragma unroll
@@ -151,43 +156,55 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     pipeline_q.consumer_wait(state_q);
     Tensor tSrQ_tile = tSrQ(_, _, _, state_q.index());
 
-    if (idle) {
-      // The same pipeline waits and releases, and the same turns, as the mainloop below, in
-      // its order, without the GEMMs and the softmax.
-      pipeline_k.consumer_wait(state_k);
+    // The tile's schedule, the same for every warpgroup: one turn per key block b, last to
+    // first, that computes S of b and P.V of b + 1 (consuming K of b and V of b + 1), then a
+    // turn for P.V of the first block. A warpgroup computes in the turns of its own blocks and
+    // sits out the others: it waits for the stages a turn consumes, takes and passes the turn,
+    // and frees the stages.
+    auto sit_out_turn = [&](bool k, bool v) {
+      if (k) pipeline_k.consumer_wait(state_k);
       turns.wait_turn();
+      if (v) pipeline_v.consumer_wait(state_v);
       turns.pass_turn();
-      pipeline_k.consumer_release(state_k);
-      ++state_k;
-      for (int block = blocks.end - 2; block >= blocks.begin; --block) {
-        pipeline_k.consumer_wait(state_k);
-        turns.wait_turn();
-        pipeline_v.consumer_wait(state_v);
-        turns.pass_turn();
+      if (k) {
         pipeline_k.consumer_release(state_k);
         ++state_k;
+      }
+      if (v) {
         pipeline_v.consumer_release(state_v);
         ++state_v;
       }
-      if constexpr (!Traits::kOutputInQueryTile) pipeline_q.consumer_release(state_q);
-      pipeline_v.consumer_wait(state_v);
-      turns.wait_turn();
-      turns.pass_turn();
-      pipeline_v.consumer_release(state_v);
-      ++state_v;
+    };
+    auto release_q = [&]() {
+      if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of this warpgroup is complete
+        pipeline_q.consumer_release(state_q);
+    };
+    if (mine.empty()) {
+      for (int block = blocks.end - 1; block >= blocks.begin; --block) sit_out_turn(true, block + 1 < blocks.end);
+      release_q();
+      sit_out_turn(false, true);
     } else {
-      // Last key block: S only.
       int block = blocks.end - 1;
+      for (; block >= mine.end; --block) sit_out_turn(true, block + 1 < blocks.end);
+
+      // This warpgroup's last key block: S only (the turn's P.V, if the tile has a block
+      // beyond, is not ours).
+      const bool foreign_v = block + 1 < blocks.end;
       pipeline_k.consumer_wait(state_k);
       trace(TraceEvent::operands);
       turns.wait_turn();
       trace(TraceEvent::turn);
       warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
+      if (foreign_v) pipeline_v.consumer_wait(state_v);
       turns.pass_turn();
       warpgroup_wait<0>();
       trace(TraceEvent::s_done);
       pipeline_k.consumer_release(state_k);
       ++state_k;
+      if (foreign_v) {
+        pipeline_v.consumer_release(state_v);
+        ++state_v;
+      }
       to_logits(block);
       auto correction = softmax.template step<true>(scores);
       to_probabilities();
@@ -195,7 +212,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 
       // Middle blocks: S of block j - 1 computes while O is rescaled for, and then accumulates,
       // P_j V_j.
-      for (--block; block >= blocks.begin; --block) {
+      for (--block; block >= mine.begin; --block) {
         pipeline_k.consumer_wait(state_k);
         turns.wait_turn();
         trace(TraceEvent::turn);
@@ -217,11 +234,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         ++state_v;
         to_probabilities();
       }
-      if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of the tile is complete
-        pipeline_q.consumer_release(state_q);
+      release_q();
 
-      // First key block: P.V only.
+      // This warpgroup's first key block: P.V only, in the turn of the block before it (whose
+      // S is not ours) or in the tile's last turn.
+      const bool foreign_k = block >= blocks.begin;
       Softmax::rescale(out, correction);
+      if (foreign_k) pipeline_k.consumer_wait(state_k);
       pipeline_v.consumer_wait(state_v);
       turns.wait_turn();
       trace(TraceEvent::turn);
@@ -229,14 +248,22 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       turns.pass_turn();
       warpgroup_wait<0>();
       trace(TraceEvent::pv_done);
+      if (foreign_k) {
+        pipeline_k.consumer_release(state_k);
+        ++state_k;
+      }
       pipeline_v.consumer_release(state_v);
       ++state_v;
+      if (foreign_k) {
+        for (--block; block >= blocks.begin; --block) sit_out_turn(true, true);
+        sit_out_turn(false, true);
+      }
     }
 
-    // The epilogue runs for an idle warpgroup too (at d > 128 it holds a barrier of all consumer
-    // warpgroups); it stores none of that warpgroup's rows.
+    // The epilogue runs for a warpgroup without key blocks too (at d > 128 it holds a barrier of
+    // all consumer warpgroups): its rows that lie in the sequence get output 0 and LSE -inf.
     float lse[kRows];
-    if (idle) {
+    if (mine.empty()) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) lse[r] = -INFINITY;
     } else {

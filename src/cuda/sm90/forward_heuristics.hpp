@@ -1,16 +1,33 @@
 #pragma once
-// Tuning decisions of the sm90 forward that depend on the problem, not just the head dim.
+// Tuning decisions of the sm90 forward: the key-block width per head dim, the tile height per
+// problem.
+
+// Key-block sizes for head dims 192 and 256 (tuning knobs for measurements; see NOTES.md).
+#ifndef FLASHATTN_SM90_BLOCK_N_HD192
+#define FLASHATTN_SM90_BLOCK_N_HD192 112
+#endif
+#ifndef FLASHATTN_SM90_BLOCK_N_HD256
+#define FLASHATTN_SM90_BLOCK_N_HD256 80
+#endif
 
 namespace flashattn::cuda::sm90 {
+
+// Keys per K/V block: 128 up to head dim 128, fewer above, so that two stages each of K and V
+// fit in shared memory beside Q (forward_traits.cuh).
+constexpr int key_block_cols(int head_dim) {
+  return head_dim <= 128 ? 128 : head_dim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
+}
 
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
 // ran 9-12% faster per row on long sequences (H100, NOTES.md run 7). A warpgroup whose 64 rows
 // all lie past the end of a sequence skips its GEMMs and softmax (run 13), so padding costs
 // little without a mask: there the choice is about waves. A 192-row tile took about 1.25x as
 // long as a 128-row one at n = 1k (run 13); take it when its waves, weighted so, are fewer.
-// With a causal mask or a window the taller tile also computes more masked scores on the
-// diagonal (n = 512 / 1k causal: 4% / 8% slower with 192 rows), so there it must not pad more
-// than 4% rows beyond what 128-row tiles compute. `heads_x_batch`: query heads times batch.
+// With a causal mask or a window the taller tile computed more masked scores on the diagonal
+// (n = 512 / 1k causal: 4% / 8% slower with 192 rows); since each warpgroup skips the key blocks
+// its own rows do not see (run 14) the two heights are within the measurement's spread there
+// (-3..+5%), so masked problems keep the old limit: 192 rows only where they pad at most 4%
+// more rows than 128 would. `heads_x_batch`: query heads times batch.
 inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool masked) {
   if (head_dim > 64) return 128;
   const long long n = seqlen_q > 0 ? seqlen_q : 1;

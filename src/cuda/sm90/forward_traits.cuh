@@ -11,15 +11,8 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "cuda/sm90/forward_heuristics.hpp"
 #include "cuda/sm90/forward_tile.cuh"
-
-// Key-block sizes for head dims 192 and 256 (tuning knobs for measurements; see NOTES.md).
-#ifndef FLASHATTN_SM90_BLOCK_N_HD192
-#define FLASHATTN_SM90_BLOCK_N_HD192 112
-#endif
-#ifndef FLASHATTN_SM90_BLOCK_N_HD256
-#define FLASHATTN_SM90_BLOCK_N_HD256 80
-#endif
 
 namespace flashattn::cuda::sm90 {
 
@@ -51,8 +44,7 @@ struct ForwardTraits {
   // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
   static constexpr int kBlockM = kBlockM_;
   static_assert(kBlockM == 128 || (kBlockM == 192 && kHeadDim <= 64), "three warpgroups' fragments fit only up to d = 64");
-  static constexpr int kBlockN =
-      kHeadDim <= 128 ? 128 : kHeadDim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
+  static constexpr int kBlockN = key_block_cols(kHeadDim);
   static constexpr int kStages = 2;
   // Above 128 the output tile reuses Q's shared memory (the epilogue runs after the last QK^T).
   static constexpr bool kOutputInQueryTile = kHeadDim > 128;
