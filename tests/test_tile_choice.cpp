@@ -4,9 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <utility>
 
-#include "common/mask.hpp"
+#include "cuda/common/mask_tiles.cuh"
 #include "cuda/sm80/forward_heuristics.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "support/cases.hpp"
@@ -70,15 +69,11 @@ TEST(Sm90TileChoice, SharedTableRunsIdleWarpgroupsOverManyTiles) {
   EXPECT_TRUE(regular) << "no case leaves a warpgroup of a 128-row tile idle";
 }
 
-// Key blocks [begin, end) that query rows first..last see (as the sm90 producer and consumers
-// count them).
-std::pair<int, int> key_blocks(const Case& c, int first, int last) {
-  const int right = c.causal ? 0 : c.window_right;
-  const detail::KeyRange a = detail::visible_keys(first, c.seqlen_q, c.seqlen_k, c.window_left, right);
-  const detail::KeyRange b = detail::visible_keys(last, c.seqlen_q, c.seqlen_k, c.window_left, right);
-  if (b.end <= a.begin) return {0, 0};
-  const int n = cuda::sm90::key_block_cols(c.head_dim);
-  return {a.begin / n, (b.end + n - 1) / n};
+// Key blocks [begin, end) that query rows first..last see, as the sm90 producer and consumers
+// count them (causal is window_right = 0, as the API normalizes it).
+cuda::KeyTileRange key_blocks(const Case& c, int first, int last) {
+  const cuda::BlockMask mask{c.seqlen_q, c.seqlen_k, c.window_left, c.causal ? 0 : c.window_right, first, last};
+  return mask.tiles(cuda::sm90::key_block_cols(c.head_dim));
 }
 
 // Each consumer warpgroup computes only the key blocks its own 64 rows see and sits out the
@@ -94,13 +89,13 @@ TEST(Sm90TileChoice, SharedTableRunsWarpgroupsOverPartOfTheirTilesKeys) {
     const int rows = rows_for(c);
     for (int row0 = 0; row0 < c.seqlen_q; row0 += rows) {
       const int last = std::min(row0 + rows, c.seqlen_q) - 1;
-      const auto tile = key_blocks(c, row0, last);
-      if (tile.first >= tile.second) continue;
+      const cuda::KeyTileRange tile = key_blocks(c, row0, last);
+      if (tile.empty()) continue;
       for (int first = row0; first <= last; first += 64) {
-        const auto mine = key_blocks(c, first, std::min(first + 63, last));
-        if (mine.first >= mine.second) continue;
-        if (mine.second < tile.second) (rows == 192 ? tall_tile_skips_last : narrow_blocks_skip_last) = true;
-        if (mine.first > tile.first) skips_first = true;
+        const cuda::KeyTileRange mine = key_blocks(c, first, std::min(first + 63, last));
+        if (mine.empty()) continue;
+        if (mine.end < tile.end) (rows == 192 ? tall_tile_skips_last : narrow_blocks_skip_last) = true;
+        if (mine.begin > tile.begin) skips_first = true;
       }
     }
   }

@@ -1,11 +1,49 @@
 #pragma once
-// The mask seen from a block of keys: which query rows see at least one of its keys. The
-// backward walks the score matrix by key blocks; common/mask.cuh (BlockMask) covers the other
-// direction and the per-tile tests.
+// The mask at the granularity of tiles, in both directions: the key tiles a block of query rows
+// visits and which of them need no element-wise masking (BlockMask, forward), and the query rows
+// that see a block of keys (the backward walks the score matrix by key blocks). Plain C++ with
+// no CuTe, so host code and host tests use the same arithmetic; the element-wise masking is in
+// mask.cuh.
 #include "common/host_device.hpp"
+#include "common/mask.hpp"
 
 namespace flashattn::cuda {
 
+// Key tiles [begin, end) of kBlockN keys that a block of query rows visits.
+struct KeyTileRange {
+  int begin = 0;
+  int end = 0;
+  FA_HOST_DEVICE bool empty() const { return begin >= end; }
+};
+
+// The visible keys of query rows first_row..last_row (positions in the sequence) and the tiles
+// that cover them. Since both bounds of a row's window grow with the row, the union is
+// [begin(first_row), end(last_row)) and every key in [begin(last_row), end(first_row)) is
+// visible to all of them.
+struct BlockMask {
+  int seqlen_q, seqlen_k, window_left, window_right;
+  int first_row, last_row;
+
+  FA_HOST_DEVICE detail::KeyRange row_keys(int row) const {
+    return detail::visible_keys(row, seqlen_q, seqlen_k, window_left, window_right);
+  }
+
+  FA_HOST_DEVICE KeyTileRange tiles(int block_n) const {
+    const int begin = row_keys(first_row).begin;
+    const int end = row_keys(last_row).end;
+    if (end <= begin) return {};
+    return {begin / block_n, (end + block_n - 1) / block_n};
+  }
+
+  // True when no element of key tile `tile` is masked for any row of the block, so the tile can
+  // skip element-wise masking.
+  FA_HOST_DEVICE bool tile_fully_visible(int tile, int block_n) const {
+    const int key0 = tile * block_n;
+    return key0 >= row_keys(last_row).begin && key0 + block_n <= row_keys(first_row).end;
+  }
+};
+
+// The query rows that see a block of keys (the backward).
 struct QueryRows {
   int begin, end;  // [begin, end); empty when begin >= end
   FA_HOST_DEVICE bool empty() const { return begin >= end; }
