@@ -44,6 +44,26 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.seqlen_k = 4096;
     add(c);
   }
+  // Split-KV decoding with GQA heads packed into the rows of one query block, and with
+  // variable length: an empty query sequence and a cache shorter than some splits.
+  {
+    Case c;
+    c.name = "decode_gqa8_hd128";
+    c.batch = 2;
+    c.heads_q = 16;
+    c.heads_kv = 2;
+    c.seqlen_q = 1;
+    c.seqlen_k = 3000;
+    c.head_dim = 128;
+    add(c);
+    c.name = "decode_varlen_gqa4";
+    c.batch = 3;
+    c.heads_q = 8;
+    c.lens_q = {1, 2, 0};
+    c.lens_k = {900, 2000, 50};
+    c.head_dim = 64;
+    add(c);
+  }
   // Head dims.
   std::vector<int> dims = {32, 64, 96, 128, 192, 256};
   if (backend == TableFor::cpu) dims.push_back(512);
