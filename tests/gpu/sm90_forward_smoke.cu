@@ -439,12 +439,13 @@ double host_us_per_call(const Problem& p) {
   return median_of(t);
 }
 
-// Keeps the GPU busy for about `ms` so that clocks settle before timings.
-void warm_up(double ms) {
+// Keeps the GPU busy for about `ms` so that clocks settle before timings, on a head dim the
+// bench measures (a narrowed build may have no other).
+void warm_up(double ms, int head_dim) {
   Shape s;
-  s.head_dim = 128;
+  s.head_dim = head_dim;
   s.batch = 2;
-  s.heads_q = s.heads_kv = 16;
+  s.heads_q = s.heads_kv = 2048 / head_dim;
   s.seqlen_q = s.seqlen_k = 8192;
   Problem p(s, DType::bf16, 5, false);
   const double one = median_ms(p, 3);
@@ -455,15 +456,16 @@ void warm_up(double ms) {
 // Every (family, variant) of one shape is timed in turn, three times over, and each gets the
 // median of its three medians: slow drifts of the clock hit all of them alike.
 int run_bench(const std::string& dims, const std::string& families, const std::string& variants) {
-  warm_up(1500);
+  const int first_dim = std::atoi(split(dims).front().c_str());
+  warm_up(1500, first_dim);
   {
     Shape s;
-    s.head_dim = 128;
+    s.head_dim = first_dim;
     s.batch = 16;
-    s.heads_q = s.heads_kv = 16;
+    s.heads_q = s.heads_kv = 2048 / first_dim;
     s.seqlen_q = s.seqlen_k = 1024;
     Problem p(s, DType::bf16, 3, false);
-    std::printf("host time per call (d=128 n=1k): %.1f us\n", host_us_per_call(p));
+    std::printf("host time per call (d=%d n=1k): %.1f us\n", first_dim, host_us_per_call(p));
   }
   std::printf("%-6s %-4s %-6s %-6s %-7s %-8s %10s %9s\n", "family", "d", "n", "causal", "variant", "b x h", "ms", "TFLOP/s");
   for (const std::string& ds : split(dims)) {
@@ -543,7 +545,7 @@ int main(int argc, char** argv) {
       s.heads_q = s.heads_kv = std::atoi(argv[5]);
       s.causal = std::atoi(argv[6]) != 0;
       Problem p(s, DType::bf16, 7, false);
-      warm_up(500);
+      warm_up(500, s.head_dim);
       std::vector<double> times;
       for (int pass = 0; pass < 3; ++pass) times.push_back(median_ms(p, 15));
       const double ms = median_of(times);
