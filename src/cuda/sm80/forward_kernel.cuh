@@ -202,6 +202,14 @@ __global__ void __launch_bounds__(Traits::kThreads)
   auto smem_thr_v = smem_copy_v.get_thread_slice(tid);
   Tensor tOsVt = smem_thr_v.partition_S(sVt);
 
+  // A warp whose rows all lie past the block's rows only loads and synchronizes: decoding with
+  // 4 GQA-packed rows in a 64-row tile leaves three of four warps without one, and their GEMMs
+  // would read whole K and V tiles from shared memory for rows nobody stores.
+  bool warp_has_rows = false;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) warp_has_rows |= get<0>(score_coords(r, 0)) < blk.rows;
+  warp_has_rows = __any_sync(0xffffffffu, warp_has_rows);
+
   // ---- main loop over key tiles, last to first ---------------------------------------------
   load_kv_tile(tKsK, k_seq, params.k_layout.seq_stride, blk.tiles.end - 1);
   cp_async_commit();
@@ -215,26 +223,28 @@ __global__ void __launch_bounds__(Traits::kThreads)
     load_kv_tile(tVsV, v_seq, params.v_layout.seq_stride, tile);
     cp_async_commit();
 
-    gemm_smem_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_thr_q, smem_copy_k,
-                   smem_thr_k);
-
     Tensor scores = rowcol_view(acc_s);
-    if (params.softcap_input != 0.f) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = accurate_tanh(acc_s(i) * params.softcap_input);
-    } else if (params.negate_scores) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) acc_s(i) = -acc_s(i);
-    }
-    if (!blk.mask.tile_fully_visible(tile, kBlockN)) {
-      // The visible keys of each of the thread's rows (recomputed here: cheaper than keeping
-      // them in registers across the loop).
-      detail::KeyRange row_keys[kRows];
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r)
-        row_keys[r] = blk.mask.row_keys(blk.query_row(params, blk.row0 + get<0>(score_coords(r, 0))));
-      const int key0 = tile * kBlockN;
-      mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
+    if (warp_has_rows) {
+      gemm_smem_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_thr_q, smem_copy_k,
+                     smem_thr_k);
+
+      if (params.softcap_input != 0.f) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) = accurate_tanh(acc_s(i) * params.softcap_input);
+      } else if (params.negate_scores) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_s); ++i) acc_s(i) = -acc_s(i);
+      }
+      if (!blk.mask.tile_fully_visible(tile, kBlockN)) {
+        // The visible keys of each of the thread's rows (recomputed here: cheaper than keeping
+        // them in registers across the loop).
+        detail::KeyRange row_keys[kRows];
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r)
+          row_keys[r] = blk.mask.row_keys(blk.query_row(params, blk.row0 + get<0>(score_coords(r, 0))));
+        const int key0 = tile * kBlockN;
+        mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
+      }
     }
 
     cp_async_wait<0>();  // V(tile) landed
@@ -244,10 +254,12 @@ __global__ void __launch_bounds__(Traits::kThreads)
       cp_async_commit();
     }
 
-    softmax.step(scores, acc_o_rc, params.scale_log2, tile == blk.tiles.end - 1);
-    Tensor p = convert_fragment<Element>(acc_s);
-    Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand_layout(p.layout()));
-    gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
+    if (warp_has_rows) {
+      softmax.step(scores, acc_o_rc, params.scale_log2, tile == blk.tiles.end - 1);
+      Tensor p = convert_fragment<Element>(acc_s);
+      Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand_layout(p.layout()));
+      gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
+    }
   }
 
   // ---- epilogue ----------------------------------------------------------------------------
