@@ -4,7 +4,8 @@ A cheaper companion of bench/gpu_bench.py: no C++ build beyond the package's own
 with triton.testing.do_bench (median, L2 flushed), each implementation on its native layout
 (ours (b, n, h, d), SDPA (b, h, n, d)). Training shapes as ../shared/ANCHORS.md (bf16, 16k
 tokens, hidden 2048); FLOPs forward 4*b*h*n*n*d (halved when causal), backward 2.5x forward.
-Decoding: one query, batch 8, 32 query heads over 8 KV heads, d=128, as K+V read bandwidth.
+Decoding: one query, batch 8, 32 query heads over 8 KV heads, d=128, as K+V read bandwidth; ours
+also on the peers' (b, h, n, d) memory.
 Head dims the package was not built with are skipped.
 
 Every shape is timed in --rounds interleaved rounds (ours, FA2, cuDNN, ours, ...), medians
@@ -99,13 +100,17 @@ def decode_rows(lens, rounds):
         k, v = (torch.randn(8, nk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         kv_bytes = 2 * k.numel() * k.element_size()
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-        timers = {"flashattn": lambda: (ms(lambda: flash_attn_func(q, k, v)),)}
+        # Ours also on the peers' memory: SDPA's (b, h, n, d) tensors viewed as (b, n, h, d). There each
+        # KV head's cache is one contiguous block; in (b, n, h, d) a key's heads are interleaved.
+        kh, vh = (x.transpose(1, 2) for x in (kt, vt))
+        timers = {"flashattn": lambda: (ms(lambda: flash_attn_func(q, k, v)),),
+                  "flashattn_bhsd": lambda: (ms(lambda: flash_attn_func(q, kh, vh)),)}
         for name, backend in PEERS.items():
             timers[name] = sdpa_timer(
                 backend, lambda: (ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)),))
         for name, (t,) in interleaved(timers, rounds).items():
             row[name] = kv_bytes / t / 1e9
-        del q, k, v, qt, kt, vt
+        del q, k, v, qt, kt, vt, kh, vh
         torch.cuda.empty_cache()
         print(json.dumps(row), flush=True)
         yield row
@@ -144,7 +149,8 @@ def main():
         print(f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} | {cell(r['flashattn'])} | {cell(r['fa2'])} | "
               f"{cell(r['cudnn'])} | {ratio}")
     for r in decode:
-        print(f"decode KV {r['n_k']:>6}: TB/s flashattn {r['flashattn']:.2f}  fa2 {r['fa2']:.2f}  cudnn {r['cudnn']:.2f}")
+        print(f"decode KV {r['n_k']:>6}: TB/s flashattn {r['flashattn']:.2f} (on (b, h, n, d) memory "
+              f"{r['flashattn_bhsd']:.2f})  fa2 {r['fa2']:.2f}  cudnn {r['cudnn']:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"info": info, "train": train, "decode": decode}, f, indent=1)
