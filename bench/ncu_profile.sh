@@ -3,7 +3,8 @@
 # shapes, on a GPU machine. Usage: bench/ncu_profile.sh BIN_DIR OUT_DIR [TARGET ...]
 #   BIN_DIR: a build's folder (tools/flashattn inside); OUT_DIR: where reports and text go.
 #   Targets (default: all but the *-kernels ones): bwd-d128 bwd-d64 bwd-d256 fa2-bwd-d128
-#   fa2-bwd-d64 fa2-bwd-d256 decode-4k fa2-decode-4k; fwd-d128 and fwd-d128-1k (the forward at
+#   fa2-bwd-d64 fa2-bwd-d256 decode-4k fa2-decode-4k; cudnn-decode-4k (cuDNN's split kernel; not in
+#   the default set); fwd-d128 and fwd-d128-1k (the forward at
 #   n = 8k and at n = 1k, where tile boundaries weigh most; the sm90 kernel on Hopper; not in
 #   the default set); bwd-d128-kernels fa2-bwd-d128-kernels (the
 #   duration of every kernel of one backward, ours and PyTorch FA2's: the share of the passes
@@ -57,6 +58,7 @@ for t in $targets; do
     fwd-d128-1k) profile "$t" forward_kernel 0 "$cli" run --backend cuda --batch 16 --heads 16 --seqlen 1024 --headdim 128 --check-rows 1 --seed 1 ;;
     decode-4k) profile "$t" forward_kernel 0 "$cli" run --backend cuda --batch 8 --heads 32 --heads-kv 8 --seqlen 1 --seqlen-k 4096 --headdim 128 --check-rows 1 --seed 1 ;;
     fa2-decode-4k) profile "$t" "flash_fwd_splitkv_kernel" 0 "${sdpa[@]}" FLASH_ATTENTION 8 32 8 1 4096 128 0 ;;
+    cudnn-decode-4k) profile "$t" "flash_fprop" 0 "${sdpa[@]}" CUDNN_ATTENTION 8 32 8 1 4096 128 0 ;;
     bwd-d128-kernels) durations "$t" "backward|convert|reduce" 0 6 "$cli" run --backend cuda --batch 2 --heads 16 --seqlen 8192 --headdim 128 --backward --check-rows 1 --seed 1 ;;
     fa2-bwd-d128-kernels) durations "$t" "." 0 40 "${sdpa[@]}" FLASH_ATTENTION 2 16 16 8192 8192 128 1 ;;
     decode-4k-kernels) durations "$t" "forward|combine" 0 4 "$cli" run --backend cuda --batch 8 --heads 32 --heads-kv 8 --seqlen 1 --seqlen-k 4096 --headdim 128 --check-rows 1 --seed 1 ;;
