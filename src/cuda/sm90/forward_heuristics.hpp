@@ -2,7 +2,10 @@
 // Tuning decisions of the sm90 forward: the key-block width per head dim, the tile height per
 // problem.
 
-// Key-block sizes for head dims 192 and 256 (tuning knobs for measurements; see NOTES.md).
+// Key-block sizes for head dims 65-128, 192 and 256 (tuning knobs for measurements; see NOTES.md).
+#ifndef FLASHATTN_SM90_BLOCK_N_HD128
+#define FLASHATTN_SM90_BLOCK_N_HD128 128
+#endif
 #ifndef FLASHATTN_SM90_BLOCK_N_HD192
 #define FLASHATTN_SM90_BLOCK_N_HD192 112
 #endif
@@ -15,7 +18,9 @@ namespace flashattn::cuda::sm90 {
 // Keys per K/V block: 128 up to head dim 128, fewer above, so that two stages each of K and V
 // fit in shared memory beside Q (forward_traits.cuh).
 constexpr int key_block_cols(int head_dim) {
-  return head_dim <= 128 ? 128 : head_dim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
+  if (head_dim <= 64) return 128;
+  if (head_dim <= 128) return FLASHATTN_SM90_BLOCK_N_HD128;
+  return head_dim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
 }
 
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
