@@ -296,9 +296,10 @@ int run_bench(DType dt, const std::string& which) {
 }
 
 // The tuning variants' traits: a type of this driver's own, so that its kernels are not the
-// library's instantiations. When this file instantiated the library's decode kernel itself, the
-// library's launches of it failed with cudaErrorInvalidValue (seen at stops 9, 16 and 18): its
-// raised shared-memory limit did not reach the instance that ran.
+// library's instantiations. While this file instantiated the library's decode kernel itself,
+// `check` saw the library's launches of it fail with cudaErrorInvalidValue (stops 9, 16 and 18);
+// with its own type they pass. Why (two registered copies of one kernel, the raised
+// shared-memory limit on the other one?) is not established.
 template <int D, int BM, int BN, int W>
 struct TuneTraits : fwd::ForwardTraits<cutlass::bfloat16_t, D, BM, BN, W> {};
 
