@@ -23,8 +23,11 @@ struct PersistentTileScheduler {
   int heads = 0;
   int batch = 0;
   int section_heads = 1;  // (batch, head) pairs per section
+  // The product of the three counts, kept so that a kernel reads it from its parameters
+  // rather than holding it in a register (the sm90 producer has 24 at head dim 256).
+  int tiles = 0;
 
-  FA_HOST_DEVICE int num_tiles() const { return num_m_blocks * heads * batch; }
+  FA_HOST_DEVICE int num_tiles() const { return tiles; }
 
   FA_HOST_DEVICE TileCoord tile(int index) const {
     const int per_section = num_m_blocks * section_heads;
@@ -46,6 +49,7 @@ struct PersistentTileScheduler {
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
     s.batch = batch;
+    s.tiles = num_m_blocks * heads * batch;
     const long long budget = l2_bytes / 2;  // leave room for Q, O and other traffic
     long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
     if (per_section < 1) per_section = 1;

@@ -118,14 +118,15 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         continue;
       }
       blocks = w.key_blocks;
-      BlockMask own = w.mask;  // this warpgroup's rows that lie in the sequence
+      const BlockMask mask = tile_mask(p, w);
+      BlockMask own = mask;  // this warpgroup's rows that lie in the sequence
       own.first_row = w.row0 + warp_group * Traits::kRowsPerWarpGroup;
-      own.last_row = min(own.first_row + Traits::kRowsPerWarpGroup - 1, w.mask.last_row);
+      own.last_row = min(own.first_row + Traits::kRowsPerWarpGroup - 1, mask.last_row);
       mine = own.first_row <= own.last_row ? own.tiles(kBlockN) : KeyTileRange{};
       unmasked_begin = own.row_keys(own.last_row).begin;
       unmasked_end = own.row_keys(own.first_row).end;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) row_keys[r] = w.mask.row_keys(w.row0 + get<0>(score_coords(r, 0)));
+      for (int r = 0; r < kRows; ++r) row_keys[r] = mask.row_keys(w.row0 + get<0>(score_coords(r, 0)));
     }
     trace(TraceEvent::planned);
 

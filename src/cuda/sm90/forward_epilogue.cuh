@@ -90,6 +90,9 @@ struct ForwardEpilogue {
     } else {
       Element* out = output_rows(p, w) + std::int64_t(row0) * p.out_seq_stride;
       const int rows = min(Traits::kRowsPerWarpGroup, w.rows - row0);
+      // Not unrolled: peeled iterations had their addresses computed at the kernel's start and
+      // held through the mainloop, which spilled them at d = 192 / 256 and with 192-row tiles.
+#pragma unroll 1
       for (int i = lane; i < rows * kChunksPerRow; i += 128) {
         const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
         *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) =

@@ -48,10 +48,14 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
   const int num_tiles = p.scheduler.num_tiles();
 
-  // Tells the consumers which tile comes next (num_tiles or more: none) and its plan.
+  // The consumers learn which tile comes next (num_tiles or more: none) and its plan from a slot
+  // of shared memory. The slot is taken before the plan is computed, so that the plan goes to it
+  // as it is made: the 24 registers of head dim 256 hold no more.
+  auto take_slot = [&]() {
+    if (leader) pipeline_tile.producer_acquire(state_tile);
+  };
   auto publish = [&](int index, TileWork const& w) {
     if (leader) {
-      pipeline_tile.producer_acquire(state_tile);
       smem.tile_slot[state_tile.index()] = {index, w};
       pipeline_tile.producer_commit(state_tile);
     }
@@ -59,6 +63,7 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   };
 
   for (int index = blockIdx.x; index < num_tiles;) {
+    take_slot();
     const TileWork w = plan_tile(p, index);
     publish(index, w);
     // Claimed once this tile's loads are issued, i.e. about two key blocks before the
@@ -112,6 +117,7 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
     load_v(w.key_blocks.begin);
     claim_next();
   }
+  take_slot();
   publish(num_tiles, TileWork{});
 }
 

@@ -36,9 +36,16 @@ struct TileWork {
   SequenceRows seq;
   int row0;               // first query row of the tile within its sequence
   int rows;               // query rows of the tile inside the sequence (<= 0: none)
-  BlockMask mask;         // the tile's rows (valid when rows > 0)
   KeyTileRange key_blocks;  // key blocks to visit, last to first; empty: the rows see no key
 };
+
+// The mask of the tile's rows (valid when rows > 0). Rebuilt where needed rather than carried
+// in TileWork: the plan is smaller to hand over, and the producer, which writes it with 24
+// registers at head dim 256, then holds it without spilling.
+template <class Traits>
+CUTE_DEVICE BlockMask tile_mask(ForwardParams<Traits> const& p, TileWork const& w) {
+  return {w.seq.len_q, w.seq.len_k, p.window_left, p.window_right, w.row0, w.row0 + w.rows - 1};
+}
 
 // How the producer hands a tile to the consumers (a slot of shared memory per stage of the
 // tile pipeline): its index (num_tiles or more: no tile left) and its plan. The producer plans
@@ -57,9 +64,8 @@ CUTE_DEVICE TileWork plan_tile(ForwardParams<Traits> const& p, int index) {
   w.seq = sequence_rows(p, w.coord.batch);
   w.row0 = w.coord.m_block * Traits::kBlockM;
   w.rows = min(Traits::kBlockM, w.seq.len_q - w.row0);
-  w.mask = {w.seq.len_q, w.seq.len_k, p.window_left, p.window_right, w.row0, w.row0 + w.rows - 1};
   w.key_blocks = {};
-  if (w.rows > 0) w.key_blocks = w.mask.tiles(Traits::kBlockN);
+  if (w.rows > 0) w.key_blocks = tile_mask(p, w).tiles(Traits::kBlockN);
   return w;
 }
 

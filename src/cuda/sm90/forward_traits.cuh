@@ -54,16 +54,17 @@ struct ForwardTraits {
 
   // Roles and registers (setmaxnreg). The launch gives every thread 65536 / kThreads rounded
   // down to 8 (168 with two consumer warpgroups, 128 with three); the roles share that pool.
-  // Two warpgroups: up to d = 128 the consumers' fragments fit 232, which leaves the producer 40
-  // and no spills anywhere (with 24 the producer spilled, NOTES.md run 15); above, the
-  // output fragment needs 240 and the producer gets 24. Three: 160 and 32.
+  // Two warpgroups: up to d = 192 the consumers' fragments fit 232, which leaves the producer 40
+  // and no spills anywhere (with 24 the producer spilled, NOTES.md runs 15 and 20); at d = 256
+  // the output fragment needs 240 (with 232 the mainloop spills) and the producer gets 24.
+  // Three: 160 and 32.
   static constexpr int kRowsPerWarpGroup = 64;
   static constexpr int kConsumerWarpGroups = kBlockM / kRowsPerWarpGroup;
   static_assert(kBlockM % kRowsPerWarpGroup == 0 && (kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3));
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
-  static constexpr int kConsumerRegisters = kConsumerWarpGroups == 3 ? 160 : kHeadDim <= 128 ? 232 : 240;
-  static constexpr int kProducerRegisters = kConsumerWarpGroups == 3 ? 32 : kHeadDim <= 128 ? 40 : 24;
+  static constexpr int kConsumerRegisters = kConsumerWarpGroups == 3 ? 160 : kHeadDim <= 192 ? 232 : 240;
+  static constexpr int kProducerRegisters = kConsumerWarpGroups == 3 ? 32 : kHeadDim <= 192 ? 40 : 24;
   static_assert((kProducerRegisters + kConsumerWarpGroups * kConsumerRegisters) * 128 <= 65536 / kThreads / 8 * 8 * kThreads,
                 "setmaxnreg asks for more registers than the launch gives the CTA");
 
