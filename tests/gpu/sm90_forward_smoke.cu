@@ -532,9 +532,13 @@ int main(int argc, char** argv) {
       s.causal = std::atoi(argv[4]) != 0;
       Problem p(s, DType::bf16, 99, false);
       const int reps = argc > 5 ? std::atoi(argv[5]) : 5;
+      const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < reps; ++i) p.run_gpu();
       CHECK_CUDA(cudaDeviceSynchronize());
-      std::printf("one: %s x%d done\n", s.describe().c_str(), reps);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps;
+      const double flops = 4.0 * s.batch * s.heads_q * double(s.seqlen_q) * s.seqlen_k * s.head_dim * (s.causal ? 0.5 : 1.0);
+      std::printf("one: %s x%d, %.3f ms per call back to back (%.1f TFLOP/s)\n", s.describe().c_str(), reps, ms,
+                  flops / ms * 1e-9);
       return 0;
     }
     if (mode == "time" && argc > 6) {
