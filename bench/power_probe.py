@@ -8,11 +8,14 @@ per implementation: ms per call, TFLOP/s, the median SM clock and power over the
 the throttle reasons seen, and TFLOP/s per GHz of SM clock (work per cycle).
 
 Ours runs through `sm90_forward_smoke one` (tests/gpu; its shapes: batch 16384 / n, heads
-2048 / d, bf16, (b, n, h, d) layout); cuDNN through PyTorch SDPA on the same shape in its own
-(b, h, n, d) layout.
+2048 / d, bf16, (b, n, h, d) layout) with the library's choice of kernel family; the peer through
+PyTorch SDPA on the same shape in its own (b, h, n, d) layout: cuDNN by default.
+FLASHATTN_PROBE_FAMILY=sm80 forces our sm80 family (FLASHATTN_CUDA_FAMILY) and makes PyTorch's
+FlashAttention-2 the peer, as issue #3 compares them.
 
 Usage: power_probe.py SMOKE_BINARY [d:n:causal ...]   e.g. power_probe.py build/tests/gpu/sm90_forward_smoke 128:8192:0
 """
+import os
 import statistics
 import subprocess
 import sys
@@ -23,6 +26,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
+FAMILY = os.environ.get("FLASHATTN_PROBE_FAMILY", "")
+RATE = 300e12 if FAMILY == "sm80" else 600e12  # FLOP/s assumed when choosing the repetitions
+PEER, PEER_BACKEND = ("fa2", SDPBackend.FLASH_ATTENTION) if FAMILY == "sm80" else ("cudnn", SDPBackend.CUDNN_ATTENTION)
 
 
 class Sampler:
@@ -49,18 +55,20 @@ def flops(d, n, causal):
 
 
 def run_ours(smoke, d, n, causal, seconds):
-    reps = max(10, int(seconds / (flops(d, n, causal) / 600e12)))
+    reps = max(10, int(seconds / (flops(d, n, causal) / RATE)))
     start = time.time()
-    out = subprocess.run([smoke, "one", str(d), str(n), str(int(causal)), str(reps)], capture_output=True, text=True, check=True)
+    env = dict(os.environ, FLASHATTN_CUDA_FAMILY=FAMILY) if FAMILY else None
+    out = subprocess.run([smoke, "one", str(d), str(n), str(int(causal)), str(reps)], capture_output=True, text=True,
+                         check=True, env=env)
     ms = float(out.stdout.split(",")[-1].split("ms")[0]) if "ms per call" in out.stdout else (time.time() - start) * 1e3 / reps
     return ms
 
 
-def run_cudnn(d, n, causal, seconds):
+def run_peer(d, n, causal, seconds):
     b, h = 16384 // n, 2048 // d
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    reps = max(10, int(seconds / (flops(d, n, causal) / 600e12)))
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    reps = max(10, int(seconds / (flops(d, n, causal) / RATE)))
+    with sdpa_kernel(PEER_BACKEND):
         for _ in range(5):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         torch.cuda.synchronize()
@@ -78,10 +86,10 @@ def main():
     for shape in shapes:
         d, n, causal = (int(x) for x in shape.split(":"))
         causal = bool(causal)
-        for impl in ("ours", "cudnn"):
+        for impl in ("ours", PEER):
             time.sleep(2)  # let the clocks recover between runs
             with Sampler() as s:
-                ms = run_ours(smoke, d, n, causal, 4.0) if impl == "ours" else run_cudnn(d, n, causal, 4.0)
+                ms = run_ours(smoke, d, n, causal, 4.0) if impl == "ours" else run_peer(d, n, causal, 4.0)
             clocks, power, reasons = s.busy()
             tflops = flops(d, n, causal) / ms * 1e-9
             mhz = statistics.median(clocks) if clocks else float("nan")
