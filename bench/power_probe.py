@@ -16,6 +16,7 @@ FlashAttention-2 the peer, as issue #3 compares them.
 Usage: power_probe.py SMOKE_BINARY [d:n:causal ...]   e.g. power_probe.py build/tests/gpu/sm90_forward_smoke 128:8192:0
 """
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -54,20 +55,24 @@ def flops(d, n, causal):
     return 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
 
 
+def repetitions(d, n, causal, seconds):
+    return max(10, int(seconds / (flops(d, n, causal) / RATE)))
+
+
 def run_ours(smoke, d, n, causal, seconds):
-    reps = max(10, int(seconds / (flops(d, n, causal) / RATE)))
-    start = time.time()
     env = dict(os.environ, FLASHATTN_CUDA_FAMILY=FAMILY) if FAMILY else None
-    out = subprocess.run([smoke, "one", str(d), str(n), str(int(causal)), str(reps)], capture_output=True, text=True,
-                         check=True, env=env)
-    ms = float(out.stdout.split(",")[-1].split("ms")[0]) if "ms per call" in out.stdout else (time.time() - start) * 1e3 / reps
-    return ms
+    out = subprocess.run([smoke, "one", str(d), str(n), str(int(causal)), str(repetitions(d, n, causal, seconds))],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    found = re.search(r"([\d.]+) ms per call", out)
+    if not found:
+        sys.exit(f"{smoke} printed no time per call (an older build?): {out.strip()}")
+    return float(found.group(1))
 
 
 def run_peer(d, n, causal, seconds):
     b, h = 16384 // n, 2048 // d
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    reps = max(10, int(seconds / (flops(d, n, causal) / RATE)))
+    reps = repetitions(d, n, causal, seconds)
     with sdpa_kernel(PEER_BACKEND):
         for _ in range(5):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal)

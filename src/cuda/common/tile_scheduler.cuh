@@ -49,7 +49,9 @@ struct PersistentTileScheduler {
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
     s.batch = batch;
-    s.tiles = num_m_blocks * heads * batch;
+    // Clamped rather than overflowed: launches refuse more than 2^31 tiles before using it.
+    const long long tiles = (long long)num_m_blocks * heads * batch;
+    s.tiles = tiles < 0x7fffffffLL ? int(tiles) : 0x7fffffff;
     const long long budget = l2_bytes / 2;  // leave room for Q, O and other traffic
     long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
     if (per_section < 1) per_section = 1;
