@@ -81,6 +81,8 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   auto state_q = typename Traits::PipelineQ::PipelineState{};
   auto state_k = typename Traits::PipelineK::PipelineState{};
   auto state_v = typename Traits::PipelineV::PipelineState{};
+  static_assert(std::is_same_v<typename Traits::PipelineK::PipelineState, typename Traits::PipelineV::PipelineState>);
+  typename Traits::PipelineK::PipelineState held_stage;  // above head dim 128: the stage holding the output
   const PingPong<Traits::kConsumerWarpGroups> turns{warp_group};
   turns.start();
   Softmax softmax(p.scale_log2);
@@ -162,31 +164,55 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // turn for P.V of the first block. A warpgroup computes in the turns of its own blocks and
     // sits out the others: it waits for the stages a turn consumes, takes and passes the turn,
     // and frees the stages.
-    auto sit_out_turn = [&](bool k, bool v) {
+    //
+    // Freeing K or V of `block` once this warpgroup is done reading it. Above head dim 128 the
+    // tile's last K stage (block == blocks.begin) is kept by warpgroup 0 and its last V stage by
+    // warpgroup 1 for their output (forward_traits.cuh); the other warpgroup frees it and tells
+    // the keeper that it has finished reading.
+    auto release_k = [&](int block) {
+      if (Traits::kOutputInKVStages && block == blocks.begin) {
+        if (warp_group == 0) {
+          held_stage = state_k;
+          ++state_k;
+          return;
+        }
+        cutlass::arch::NamedBarrier::arrive(2 * 128, kBarrierLastKeyStageRead);
+      }
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+    };
+    auto release_v = [&](int block) {
+      if (Traits::kOutputInKVStages && block == blocks.begin) {
+        if (warp_group == 1) {
+          held_stage = state_v;
+          ++state_v;
+          return;
+        }
+        cutlass::arch::NamedBarrier::arrive(2 * 128, kBarrierLastValueStageRead);
+      }
+      pipeline_v.consumer_release(state_v);
+      ++state_v;
+    };
+    // The turn of S of key block `block` (blocks.begin - 1: the tile's last turn).
+    auto sit_out_turn = [&](int block) {
+      const bool k = block >= blocks.begin, v = block + 1 < blocks.end;
       if (k) pipeline_k.consumer_wait(state_k);
       turns.wait_turn();
       if (v) pipeline_v.consumer_wait(state_v);
       turns.pass_turn();
-      if (k) {
-        pipeline_k.consumer_release(state_k);
-        ++state_k;
-      }
-      if (v) {
-        pipeline_v.consumer_release(state_v);
-        ++state_v;
-      }
+      if (k) release_k(block);
+      if (v) release_v(block + 1);
     };
-    auto release_q = [&]() {
-      if constexpr (!Traits::kOutputInQueryTile)  // every QK^T of this warpgroup is complete
-        pipeline_q.consumer_release(state_q);
-    };
+    // Every QK^T of this warpgroup is complete.
+    auto release_q = [&]() { pipeline_q.consumer_release(state_q); };
     if (mine.empty()) {
-      for (int block = blocks.end - 1; block >= blocks.begin; --block) sit_out_turn(true, block + 1 < blocks.end);
-      release_q();
-      sit_out_turn(false, true);
+      for (int block = blocks.end - 1; block >= blocks.begin - 1; --block) {
+        sit_out_turn(block);
+        if (block == blocks.begin) release_q();
+      }
     } else {
       int block = blocks.end - 1;
-      for (; block >= mine.end; --block) sit_out_turn(true, block + 1 < blocks.end);
+      for (; block >= mine.end; --block) sit_out_turn(block);
 
       // This warpgroup's last key block: S only (the turn's P.V, if the tile has a block
       // beyond, is not ours).
@@ -200,12 +226,8 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       turns.pass_turn();
       warpgroup_wait<0>();
       trace(TraceEvent::s_done);
-      pipeline_k.consumer_release(state_k);
-      ++state_k;
-      if (foreign_v) {
-        pipeline_v.consumer_release(state_v);
-        ++state_v;
-      }
+      release_k(block);
+      if (foreign_v) release_v(block + 1);
       to_logits(block);
       auto correction = softmax.template step<true>(scores);
       to_probabilities();
@@ -224,15 +246,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         turns.pass_turn();
         warpgroup_wait<1>();  // S done; P.V may still run
         trace(TraceEvent::s_done);
-        pipeline_k.consumer_release(state_k);
-        ++state_k;
+        release_k(block);
         to_logits(block);
         correction = softmax.template step<false>(scores);
         trace(TraceEvent::softmax);
         warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
         trace(TraceEvent::pv_done);
-        pipeline_v.consumer_release(state_v);
-        ++state_v;
+        release_v(block + 1);
         to_probabilities();
       }
       release_q();
@@ -249,20 +269,15 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       turns.pass_turn();
       warpgroup_wait<0>();
       trace(TraceEvent::pv_done);
-      if (foreign_k) {
-        pipeline_k.consumer_release(state_k);
-        ++state_k;
-      }
-      pipeline_v.consumer_release(state_v);
-      ++state_v;
-      if (foreign_k) {
-        for (--block; block >= blocks.begin; --block) sit_out_turn(true, true);
-        sit_out_turn(false, true);
-      }
+      if (foreign_k) release_k(block);
+      release_v(block + 1);
+      if (foreign_k)
+        for (--block; block >= blocks.begin - 1; --block) sit_out_turn(block);
     }
 
-    // The epilogue runs for a warpgroup without key blocks too (at d > 128 it holds a barrier of
-    // all consumer warpgroups): its rows that lie in the sequence get output 0 and LSE -inf.
+    // The epilogue runs for a warpgroup without key blocks too (at d > 128 it waits for the
+    // other warpgroup to be done with its staging): its rows that lie in the sequence get
+    // output 0 and LSE -inf.
     float lse[kRows];
     if (mine.empty()) {
 #pragma unroll
@@ -271,10 +286,15 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       softmax.finalize(out, p.logit_scale, lse);
     }
     trace(TraceEvent::finalized);
-    ForwardEpilogue<Traits>::store(p, smem, slot.work, tOrO, out_coords, lse, thread);
+    ForwardEpilogue<Traits>::store(p, ForwardEpilogue<Traits>::staging(smem, warp_group, held_stage.index()),
+                                   slot.work, tOrO, out_coords, lse, thread);
     trace(TraceEvent::stored);
-    if constexpr (Traits::kOutputInQueryTile)  // the store has read the output tile
-      pipeline_q.consumer_release(state_q);
+    if constexpr (Traits::kOutputInKVStages) {  // the store has read the stage
+      if (warp_group == 0)
+        pipeline_k.consumer_release(held_stage);
+      else
+        pipeline_v.consumer_release(held_stage);
+    }
     ++state_q;
     next_tile();
   }

@@ -4,7 +4,9 @@
 // store for fixed-length batches (TMA clips the rows past seqlen_q) and by 16-byte stores
 // limited to the sequence's rows for variable length (the packed tensor continues with the
 // next sequence), so that no warpgroup waits for another and their ping-pong offset carries
-// over into the next tile. The LSE goes straight from registers.
+// over into the next tile. The LSE goes straight from registers. Up to head dim 128 the output
+// has shared memory of its own; above, it is staged in the tile's last K and V stages
+// (forward_traits.cuh), which the caller frees once `store` returns.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -22,11 +24,13 @@ struct ForwardEpilogue {
   static constexpr int kThreads = Traits::kConsumerThreads;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
 
-  CUTE_DEVICE static Element* smem_output(typename Traits::SharedStorage& smem) {
-    if constexpr (Traits::kOutputInQueryTile)
-      return smem.q.data();
+  // Where warpgroup `warp_group` stages its output. held_stage: above head dim 128, the stage
+  // it holds (warpgroup 0 the tile's last K stage, warpgroup 1 its last V stage).
+  CUTE_DEVICE static Element* staging(typename Traits::SharedStorage& smem, int warp_group, int held_stage) {
+    if constexpr (Traits::kOutputInKVStages)
+      return (warp_group == 0 ? smem.k.data() : smem.v.data()) + held_stage * Traits::kStageElems;
     else
-      return smem.o.data();
+      return smem.o.data() + warp_group * Traits::kOutputElems;
   }
 
   CUTE_DEVICE static Element* output_rows(ForwardParams<Traits> const& p, TileWork const& w) {
@@ -42,8 +46,7 @@ struct ForwardEpilogue {
   // tOrO: this thread's fp32 output fragment (already normalized); lse: its rows' LSE;
   // coords: (row, col) of each fragment element within the tile (row-column view).
   template <class FragO, class Coords, int kRows>
-  CUTE_DEVICE static void store(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
-                                TileWork const& w, FragO const& tOrO, Coords const& coords,
+  CUTE_DEVICE static void store(ForwardParams<Traits> const& p, Element* staging, TileWork const& w, FragO const& tOrO, Coords const& coords,
                                 const float (&lse)[kRows], int thread) {
     using namespace cute;
     if (p.lse != nullptr && thread % 4 == 0) {  // the quad's first lane holds the row
@@ -57,16 +60,16 @@ struct ForwardEpilogue {
 
     // This warpgroup's part of the tile: rows [64 * warp_group, 64 * warp_group + 64).
     const int warp_group = thread / 128, lane = thread % 128;
-    Tensor sO = make_tensor(make_smem_ptr(smem_output(smem)), typename Traits::SmemLayoutO{})(_, _, warp_group);
+    Tensor sO = make_tensor(make_smem_ptr(staging), typename Traits::SmemLayoutO{});
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::WarpGroupMmaPV{});
     auto thread_copy = smem_copy.get_thread_slice(lane);
     Tensor converted = convert_fragment<Element>(tOrO);
     Tensor src = thread_copy.retile_S(converted);
     Tensor dst = thread_copy.partition_D(sO);
 
-    if constexpr (Traits::kOutputInQueryTile) {
-      // The output overwrites Q: both warpgroups must be done with their QK^T.
-      NamedBarrier::sync(kThreads, kBarrierEpilogue);
+    if constexpr (Traits::kOutputInKVStages) {
+      // The other warpgroup must be done reading the stage (this one is: its GEMMs are complete).
+      NamedBarrier::sync(2 * 128, warp_group == 0 ? kBarrierLastKeyStageRead : kBarrierLastValueStageRead);
     } else {
       // This warpgroup's previous store must have finished reading its part.
       if (lane == 0) tma_store_wait<0>();
@@ -100,8 +103,8 @@ struct ForwardEpilogue {
       }
     }
 
-    // Over Q, the store must be complete before the caller releases Q's stage to the producer.
-    if constexpr (Traits::kOutputInQueryTile)
+    // In a K/V stage, the store must have read it before the caller frees the stage.
+    if constexpr (Traits::kOutputInKVStages)
       if (lane == 0) tma_store_wait<0>();
   }
 

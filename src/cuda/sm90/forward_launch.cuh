@@ -76,7 +76,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
   f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
-  f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, take<0, 2>(typename Traits::SmemLayoutO{}),
+  f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{},
                           Shape<Int<Traits::kRowsPerWarpGroup>, Int<Traits::kHeadDim>>{}, _1{});
   f.shape_q = q.shape();
   f.shape_k = k.shape();

@@ -1,7 +1,8 @@
 #pragma once
 // The producer warp of the sm90 forward: plans each of the CTA's tiles, hands the plan to the
 // consumers and issues every TMA load. Per tile: the first K block, then Q (into a free Q
-// stage: up to head dim 128 there are two, so the next tile's Q arrives while this one runs),
+// stage: up to head dim 128 there are two, so the next tile's Q arrives while this one runs;
+// above, the one stage is free after the last QK^T, so it arrives while this one ends),
 // then K and V interleaved in the order the consumers use them (K of block j - 1 before V of
 // block j, since QK^T of the next block runs ahead of P.V of the current one).
 #include <cute/tensor.hpp>
@@ -104,8 +105,8 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
 
     const int last = w.key_blocks.end - 1;
     load_k(last);
-    // A Q stage is free once the consumers are done with the Q (or the output tile sharing
-    // its memory) that it held two tiles ago (one tile ago above head dim 128).
+    // A Q stage is free once the consumers' last QK^T with the Q it held two tiles ago (one
+    // tile ago above head dim 128) is complete.
     pipeline_q.producer_acquire(state_q);
     if (leader)
       copy(p.tma_q.with(*pipeline_q.producer_get_barrier(state_q)), tQgQ, tQsQ(_, _, _, state_q.index()));

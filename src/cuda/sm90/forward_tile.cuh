@@ -12,9 +12,13 @@ namespace flashattn::cuda::sm90 {
 
 // Named barriers (hardware ids above those CUTLASS reserves).
 enum ForwardBarrier : uint32_t {
-  kBarrierEpilogue = 0,            // all consumer warpgroups, before the output overwrites Q
   kBarrierWarpGroup0 = 1,          // turns: consumer warpgroup w waits on kBarrierWarpGroup0 + w
   kBarrierEpilogueWarpGroup0 = 4,  // warpgroup w around its part of the output tile
+  // Above head dim 128, where the output is staged in the tile's last K and V stages: warpgroup
+  // 1 is done reading the last K stage (warpgroup 0's output goes there), warpgroup 0 the last
+  // V stage (warpgroup 1's).
+  kBarrierLastKeyStageRead = 0,
+  kBarrierLastValueStageRead = 7,
 };
 
 // Where sequence b lives: its lengths and, for variable length, its first row in the packed

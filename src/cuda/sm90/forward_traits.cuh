@@ -38,7 +38,7 @@ struct ForwardTraits {
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256);
 
   // Tiles. K/V tiles shrink with the head dim so that two stages of each, Q and (for head
-  // dims up to 128) a separate output tile fit in the 227 KB of shared memory, and so that the
+  // dims up to 128) a second Q stage and a separate output tile fit in the 227 KB of shared memory, and so that the
   // consumers' S, P and O fragments fit their registers without spilling. Up to d = 64 a
   // warpgroup's two GEMMs are too short to cover another's softmax (which costs the same at
   // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
@@ -46,11 +46,14 @@ struct ForwardTraits {
   static_assert(kBlockM == 128 || (kBlockM == 192 && kHeadDim <= 64), "three warpgroups' fragments fit only up to d = 64");
   static constexpr int kBlockN = key_block_cols(kHeadDim);
   static constexpr int kStages = 2;
-  // Above 128 the output tile reuses Q's shared memory (the epilogue runs after the last QK^T).
-  static constexpr bool kOutputInQueryTile = kHeadDim > 128;
+  // Above 128 there is room for neither a separate output tile nor a second Q stage: each
+  // consumer warpgroup stages its output in a K/V stage the tile read last (warpgroup 0 in the
+  // last K stage, warpgroup 1 in the last V stage), so that Q is free after the last QK^T and
+  // the next tile's Q loads while this one's last P.V and epilogue run.
+  static constexpr bool kOutputInKVStages = kHeadDim > 128;
   // Up to 128, Q is double-buffered: the next tile's Q loads while this one's runs, so a
   // consumer warpgroup starts its next tile as soon as its epilogue is issued.
-  static constexpr int kQueryStages = kOutputInQueryTile ? 1 : 2;
+  static constexpr int kQueryStages = kOutputInKVStages ? 1 : 2;
 
   // Roles and registers (setmaxnreg). The launch gives every thread 65536 / kThreads rounded
   // down to 8 (168 with two consumer warpgroups, 128 with three); the roles share that pool.
@@ -94,11 +97,16 @@ struct ForwardTraits {
   using SmemLayoutV = decltype(composition(
       SmemLayoutVt{},
       make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  // The output tile as one (64 rows, head dim) half per consumer warpgroup: each warpgroup
-  // stores its half on its own, with no barrier between the two.
-  using SmemLayoutO = decltype(tile_to_shape(
-      RowAtom{}, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>, Int<kConsumerWarpGroups>>{}));
-  static_assert(cosize_v<SmemLayoutO> <= cosize_v<SmemLayoutQ>, "the output fits over Q");
+  // One consumer warpgroup's part of the output tile, (64 rows, head dim): each warpgroup
+  // stores its part on its own, with no barrier between them.
+  using SmemLayoutO = decltype(tile_to_shape(RowAtom{}, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}));
+  static constexpr int kOutputElems = cosize_v<SmemLayoutO>;
+  static constexpr int kStageElems = kBlockN * kHeadDim;  // one K or V stage
+  static_assert(cosize_v<SmemLayoutK> == kStages * kStageElems && cosize_v<SmemLayoutV> == kStages * kStageElems,
+                "K and V stages are contiguous");
+  static_assert(!kOutputInKVStages || (kOutputElems <= kStageElems && kConsumerWarpGroups == 2 &&
+                                       kStageElems * sizeof(Element) % 1024 == 0),
+                "a warpgroup's output fits in one K/V stage, at the swizzle's alignment");
   // The P.V GEMM of one warpgroup: its accumulator fragment is the one the epilogue stores.
   using WarpGroupMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>, Int<kBlockN>>,
@@ -114,7 +122,8 @@ struct ForwardTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
-    std::conditional_t<kOutputInQueryTile, Empty, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>> o;
+    std::conditional_t<kOutputInKVStages, Empty,
+                       cute::array_aligned<Element, kConsumerWarpGroups * kOutputElems, 1024>> o;
     typename PipelineQ::SharedStorage pipeline_q;
     typename PipelineK::SharedStorage pipeline_k;
     typename PipelineV::SharedStorage pipeline_v;
@@ -139,7 +148,7 @@ struct ForwardTraits {
                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
   using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, take<0, 2>(SmemLayoutO{}),
+  using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutO{},
                                            Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}, _1{}));
 };
 
