@@ -42,9 +42,10 @@ struct PersistentTileScheduler {
   }
 
   // kv_bytes_per_head: K and V bytes that one query head reads (shared by a GQA group, so
-  // divided by the group size); l2_bytes: the device's L2.
+  // divided by the group size); l2_bytes: the device's L2; masked: causal or a window, whose
+  // query blocks differ in length.
   static PersistentTileScheduler make(int num_m_blocks, int heads, int batch,
-                                      long long kv_bytes_per_head, long long l2_bytes) {
+                                      long long kv_bytes_per_head, long long l2_bytes, bool masked) {
     PersistentTileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
@@ -52,7 +53,12 @@ struct PersistentTileScheduler {
     // Clamped rather than overflowed: launches refuse more than 2^31 tiles before using it.
     const long long tiles = (long long)num_m_blocks * heads * batch;
     s.tiles = tiles < 0x7fffffffLL ? int(tiles) : 0x7fffffff;
-    const long long budget = l2_bytes / 2;  // leave room for Q, O and other traffic
+    // A section's K/V: an eighth of L2 without a mask. With half of it an H100 read K and V
+    // from DRAM about twice over at d = 128 n = 2k-16k (6 heads per section at 8k) and 1.5 times
+    // at 1k; with an eighth each byte once (sm90 NOTES.md, run 22). Masked problems keep half:
+    // their sections must hold enough long and short tiles for the longest-first order to
+    // balance the CTAs, and at d = 128 n = 8k causal half of L2 already read each byte once.
+    const long long budget = l2_bytes / (masked ? 2 : 8);
     long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
     if (per_section < 1) per_section = 1;
     if (per_section > (long long)heads * batch) per_section = (long long)heads * batch;

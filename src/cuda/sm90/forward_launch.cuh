@@ -112,7 +112,8 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long kv_bytes = 2LL * p.seqlen_k * Traits::kHeadDim * sizeof(Element) / p.group_size();
-  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes);
+  const bool masked = p.window_left >= 0 || p.window_right >= 0;  // causal is a window too
+  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, masked);
   (void)sm_count;
   return f;
 }
