@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 
 #include "cuda/common/mask_tiles.cuh"
+#include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm80/forward_heuristics.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "support/cases.hpp"
@@ -102,6 +105,44 @@ TEST(Sm90TileChoice, SharedTableRunsWarpgroupsOverPartOfTheirTilesKeys) {
   EXPECT_TRUE(tall_tile_skips_last) << "no 192-row tile has a warpgroup that sees fewer key blocks than its tile";
   EXPECT_TRUE(narrow_blocks_skip_last) << "no 128-row tile has a warpgroup that sees fewer key blocks than its tile";
   EXPECT_TRUE(skips_first) << "no tile has a warpgroup whose first key block comes after its tile's";
+}
+
+// The persistent scheduler's sections: (batch, head) pairs whose K/V fill an eighth of L2
+// without a mask (so that a head's tiles run close together and read its K/V from DRAM once),
+// half with one (enough long and short tiles for the longest-first order to balance).
+TEST(PersistentTileScheduler, SectionsTakeAnEighthOfL2WithoutAMaskAndHalfWithOne) {
+  const long long l2 = 50LL << 20;                      // H100
+  const long long kv_8k = 2LL * 8192 * 128 * 2;         // d = 128, n = 8k: 4 MB per head
+  EXPECT_EQ(cuda::PersistentTileScheduler::make(64, 16, 2, kv_8k, l2, false).section_heads, 1);
+  EXPECT_EQ(cuda::PersistentTileScheduler::make(64, 16, 2, kv_8k, l2, true).section_heads, 6);
+  EXPECT_EQ(cuda::PersistentTileScheduler::make(8, 16, 16, kv_8k / 8, l2, false).section_heads, 12);
+  EXPECT_EQ(cuda::PersistentTileScheduler::make(8, 16, 16, kv_8k / 8, l2, true).section_heads, 50);
+  // A head larger than the budget: one per section; more budget than pairs: all of them.
+  EXPECT_EQ(cuda::PersistentTileScheduler::make(4, 3, 1, l2, l2, false).section_heads, 1);
+  EXPECT_EQ(cuda::PersistentTileScheduler::make(4, 3, 1, 1024, l2, true).section_heads, 3);
+}
+
+TEST(PersistentTileScheduler, VisitsEveryTileOnceLongestQueryBlocksFirstInASection) {
+  for (bool masked : {false, true}) {
+    // 7 query blocks, 5 heads, 3 batches; K/V sized so that sections hold 2 or 8 pairs (the last
+    // one partial).
+    const auto s = cuda::PersistentTileScheduler::make(7, 5, 3, (50LL << 20) / 16, 50LL << 20, masked);
+    ASSERT_EQ(s.section_heads, masked ? 8 : 2);
+    ASSERT_EQ(s.num_tiles(), 7 * 5 * 3);
+    std::set<std::tuple<int, int, int>> seen;
+    int previous_section = -1, previous_m = 0;
+    for (int i = 0; i < s.num_tiles(); ++i) {
+      const cuda::TileCoord t = s.tile(i);
+      ASSERT_TRUE(t.m_block >= 0 && t.m_block < 7 && t.head >= 0 && t.head < 5 && t.batch >= 0 && t.batch < 3);
+      EXPECT_TRUE(seen.insert({t.m_block, t.head, t.batch}).second) << "tile " << i << " repeats";
+      const int section = (t.batch * 5 + t.head) / s.section_heads;
+      EXPECT_GE(section, previous_section) << "tile " << i << " goes back to an earlier section";
+      if (section == previous_section) EXPECT_LE(t.m_block, previous_m) << "tile " << i;
+      previous_section = section;
+      previous_m = t.m_block;
+    }
+    EXPECT_EQ(int(seen.size()), 7 * 5 * 3);
+  }
 }
 
 TEST(Sm80TileChoice, ShortPrefillTilesOnlyAtHeadDim256ShortUnpackedQueries) {
