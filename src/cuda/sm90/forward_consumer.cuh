@@ -168,31 +168,21 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // Freeing K or V of `block` once this warpgroup is done reading it. Above head dim 128 the
     // tile's last K stage (block == blocks.begin) is kept by warpgroup 0 and its last V stage by
     // warpgroup 1 for their output (forward_traits.cuh); the other warpgroup frees it and tells
-    // the keeper that it has finished reading.
-    auto release_k = [&](int block) {
+    // the keeper, through `read_barrier`, that it has finished reading.
+    auto release_stage = [&](auto& pipeline, auto& state, int block, int keeper, uint32_t read_barrier) {
       if (Traits::kOutputInKVStages && block == blocks.begin) {
-        if (warp_group == 0) {
-          held_stage = state_k;
-          ++state_k;
+        if (warp_group == keeper) {
+          held_stage = state;
+          ++state;
           return;
         }
-        cutlass::arch::NamedBarrier::arrive(2 * 128, kBarrierLastKeyStageRead);
+        cutlass::arch::NamedBarrier::arrive(2 * 128, read_barrier);
       }
-      pipeline_k.consumer_release(state_k);
-      ++state_k;
+      pipeline.consumer_release(state);
+      ++state;
     };
-    auto release_v = [&](int block) {
-      if (Traits::kOutputInKVStages && block == blocks.begin) {
-        if (warp_group == 1) {
-          held_stage = state_v;
-          ++state_v;
-          return;
-        }
-        cutlass::arch::NamedBarrier::arrive(2 * 128, kBarrierLastValueStageRead);
-      }
-      pipeline_v.consumer_release(state_v);
-      ++state_v;
-    };
+    auto release_k = [&](int block) { release_stage(pipeline_k, state_k, block, 0, kBarrierLastKeyStageRead); };
+    auto release_v = [&](int block) { release_stage(pipeline_v, state_v, block, 1, kBarrierLastValueStageRead); };
     // The turn of S of key block `block` (blocks.begin - 1: the tile's last turn).
     auto sit_out_turn = [&](int block) {
       const bool k = block >= blocks.begin, v = block + 1 < blocks.end;
