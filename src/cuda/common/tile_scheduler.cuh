@@ -53,11 +53,12 @@ struct PersistentTileScheduler {
     // Clamped rather than overflowed: launches refuse more than 2^31 tiles before using it.
     const long long tiles = (long long)num_m_blocks * heads * batch;
     s.tiles = tiles < 0x7fffffffLL ? int(tiles) : 0x7fffffff;
-    // A section's K/V: an eighth of L2 without a mask. With half of it an H100 read K and V
-    // from DRAM about twice over at d = 128 n = 2k-16k (6 heads per section at 8k) and 1.5 times
-    // at 1k; with an eighth each byte once (sm90 NOTES.md, run 22). Masked problems keep half:
-    // their sections must hold enough long and short tiles for the longest-first order to
-    // balance the CTAs, and at d = 128 n = 8k causal half of L2 already read each byte once.
+    // A section's K/V: an eighth of L2 without a mask. With half of it (6 heads per section at
+    // d = 128 n = 8k) a call on an H100 moved 1.8-2.1x the minimal DRAM bytes at d = 128 n = 2k-16k
+    // and 1.4-1.6x at 1k, as K and V left L2 between the tiles of a head; with an eighth, close to
+    // the minimum (sm90 NOTES.md, run 22). Masked problems keep half: their sections must hold
+    // enough long and short tiles for the longest-first order to balance the CTAs, and at d = 128
+    // n = 8k causal half of L2 was already at the minimum.
     const long long budget = l2_bytes / (masked ? 2 : 8);
     long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
     if (per_section < 1) per_section = 1;

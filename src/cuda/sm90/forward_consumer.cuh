@@ -181,8 +181,12 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       pipeline.consumer_release(state);
       ++state;
     };
-    auto release_k = [&](int block) { release_stage(pipeline_k, state_k, block, 0, kBarrierLastKeyStageRead); };
-    auto release_v = [&](int block) { release_stage(pipeline_v, state_v, block, 1, kBarrierLastValueStageRead); };
+    auto release_k = [&](int block) {
+      release_stage(pipeline_k, state_k, block, Traits::kKeyStageKeeper, kBarrierLastKeyStageRead);
+    };
+    auto release_v = [&](int block) {
+      release_stage(pipeline_v, state_v, block, Traits::kValueStageKeeper, kBarrierLastValueStageRead);
+    };
     // The turn of S of key block `block` (blocks.begin - 1: the tile's last turn).
     auto sit_out_turn = [&](int block) {
       const bool k = block >= blocks.begin, v = block + 1 < blocks.end;
@@ -276,11 +280,10 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       softmax.finalize(out, p.logit_scale, lse);
     }
     trace(TraceEvent::finalized);
-    ForwardEpilogue<Traits>::store(p, ForwardEpilogue<Traits>::staging(smem, warp_group, held_stage.index()),
-                                   slot.work, tOrO, out_coords, lse, thread);
+    ForwardEpilogue<Traits>::store(p, smem, held_stage.index(), slot.work, tOrO, out_coords, lse, thread);
     trace(TraceEvent::stored);
     if constexpr (Traits::kOutputInKVStages) {  // the store has read the stage
-      if (warp_group == 0)
+      if (warp_group == Traits::kKeyStageKeeper)
         pipeline_k.consumer_release(held_stage);
       else
         pipeline_v.consumer_release(held_stage);

@@ -25,10 +25,11 @@ struct ForwardEpilogue {
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
 
   // Where warpgroup `warp_group` stages its output. held_stage: above head dim 128, the stage
-  // it holds (warpgroup 0 the tile's last K stage, warpgroup 1 its last V stage).
+  // it keeps (the tile's last K stage or its last V stage, forward_traits.cuh).
   CUTE_DEVICE static Element* staging(typename Traits::SharedStorage& smem, int warp_group, int held_stage) {
     if constexpr (Traits::kOutputInKVStages)
-      return (warp_group == 0 ? smem.k.data() : smem.v.data()) + held_stage * Traits::kStageElems;
+      return (warp_group == Traits::kKeyStageKeeper ? smem.k.data() : smem.v.data()) +
+             held_stage * Traits::kStageElems;
     else
       return smem.o.data() + warp_group * Traits::kOutputElems;
   }
@@ -46,8 +47,10 @@ struct ForwardEpilogue {
   // tOrO: this thread's fp32 output fragment (already normalized); lse: its rows' LSE;
   // coords: (row, col) of each fragment element within the tile (row-column view).
   template <class FragO, class Coords, int kRows>
-  CUTE_DEVICE static void store(ForwardParams<Traits> const& p, Element* staging, TileWork const& w, FragO const& tOrO, Coords const& coords,
-                                const float (&lse)[kRows], int thread) {
+  // held_stage: see staging().
+  CUTE_DEVICE static void store(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem, int held_stage,
+                                TileWork const& w, FragO const& tOrO, Coords const& coords, const float (&lse)[kRows],
+                                int thread) {
     using namespace cute;
     if (p.lse != nullptr && thread % 4 == 0) {  // the quad's first lane holds the row
       float* out_lse = lse_rows(p, w);
@@ -60,7 +63,7 @@ struct ForwardEpilogue {
 
     // This warpgroup's part of the tile: rows [64 * warp_group, 64 * warp_group + 64).
     const int warp_group = thread / 128, lane = thread % 128;
-    Tensor sO = make_tensor(make_smem_ptr(staging), typename Traits::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(staging(smem, warp_group, held_stage)), typename Traits::SmemLayoutO{});
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::WarpGroupMmaPV{});
     auto thread_copy = smem_copy.get_thread_slice(lane);
     Tensor converted = convert_fragment<Element>(tOrO);
@@ -69,7 +72,8 @@ struct ForwardEpilogue {
 
     if constexpr (Traits::kOutputInKVStages) {
       // The other warpgroup must be done reading the stage (this one is: its GEMMs are complete).
-      NamedBarrier::sync(2 * 128, warp_group == 0 ? kBarrierLastKeyStageRead : kBarrierLastValueStageRead);
+      NamedBarrier::sync(2 * 128, warp_group == Traits::kKeyStageKeeper ? kBarrierLastKeyStageRead
+                                                                         : kBarrierLastValueStageRead);
     } else {
       // This warpgroup's previous store must have finished reading its part.
       if (lane == 0) tma_store_wait<0>();

@@ -112,8 +112,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long kv_bytes = 2LL * p.seqlen_k * Traits::kHeadDim * sizeof(Element) / p.group_size();
-  const bool masked = p.window_left >= 0 || p.window_right >= 0;  // causal is a window too
-  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, masked);
+  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local());
   (void)sm_count;
   return f;
 }
@@ -219,7 +218,7 @@ void run_forward(const detail::ForwardProblem& p) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
   const auto [sm_count, l2_bytes] = device_facts(p.device_index);
   if constexpr (HeadDim <= 64) {
-    const bool masked = p.window_left >= 0 || p.window_right >= 0;  // causal is a window too
+    const bool masked = p.is_local();  // causal is a window too
     if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, masked) == 192)
       return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);
   }

@@ -51,6 +51,7 @@ struct ForwardTraits {
   // last K stage, warpgroup 1 in the last V stage), so that Q is free after the last QK^T and
   // the next tile's Q loads while this one's last P.V and epilogue run.
   static constexpr bool kOutputInKVStages = kHeadDim > 128;
+  static constexpr int kKeyStageKeeper = 0, kValueStageKeeper = 1;  // the warpgroups that keep them
   // Up to 128, Q is double-buffered: the next tile's Q loads while this one's runs, so a
   // consumer warpgroup starts its next tile as soon as its epilogue is issued.
   static constexpr int kQueryStages = kOutputInKVStages ? 1 : 2;
