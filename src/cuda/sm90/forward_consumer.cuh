@@ -1,6 +1,7 @@
 #pragma once
-// The consumer warpgroups of the sm90 forward: per tile, S = Q K^T (both operands in shared
-// memory), the online softmax in registers, O += P V (P from registers), then the epilogue.
+// The consumer warpgroups of the sm90 forward: per tile, S = Q K^T (K from shared memory; Q
+// from registers up to head dim 128, else from shared memory), the online softmax in registers,
+// O += P V (P from registers), then the epilogue.
 //
 // Two overlaps hide the softmax under tensor-core work:
 //  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
@@ -46,6 +47,16 @@ struct PingPong {
   }
 };
 
+// The A operand of S = Q K^T for the tile whose Q is in `stage`: the registers themselves, or
+// that stage's descriptors.
+template <class Traits, class QueryFragment>
+CUTE_DEVICE decltype(auto) query_operand(QueryFragment& q, int stage) {
+  if constexpr (Traits::kQueryInRegisters)
+    return (q);
+  else
+    return q(cute::_, cute::_, cute::_, stage);
+}
+
 template <class Traits, class Softmax>
 CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                typename Traits::PipelineQ& pipeline_q,
@@ -64,7 +75,14 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
-  Tensor tSrQ = thread_qk.partition_fragment_A(sQ);   // descriptors (.., stage)
+  // Q: descriptors (.., stage), or this thread's part of its warpgroup's rows in registers,
+  // read from the stage by ldmatrix at the tile's start (forward_traits.cuh).
+  Tensor tSrQ = [&] {
+    if constexpr (Traits::kQueryInRegisters)
+      return thread_qk.partition_fragment_A(sQ(_, _, 0));
+    else
+      return thread_qk.partition_fragment_A(sQ);
+  }();
   Tensor tSrK = thread_qk.partition_fragment_B(sK);   // (.., stage)
   Tensor tOrV = thread_pv.partition_fragment_B(sVt);  // (.., stage)
 
@@ -157,7 +175,16 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     softmax.reset();
     clear(tOrO);
     pipeline_q.consumer_wait(state_q);
-    Tensor tSrQ_tile = tSrQ(_, _, _, state_q.index());
+    if constexpr (Traits::kQueryInRegisters) {
+      if (!mine.empty()) {
+        auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQ{}, mma_qk);
+        auto thread_copy_q = copy_q.get_thread_slice(thread);
+        Tensor tCrQ = thread_copy_q.retile_D(tSrQ);
+        copy(copy_q, thread_copy_q.partition_S(sQ(_, _, state_q.index())), tCrQ);
+      }
+      pipeline_q.consumer_release(state_q);  // the stage is read (or not needed)
+    }
+    auto&& tSrQ_tile = query_operand<Traits>(tSrQ, state_q.index());
 
     // The tile's schedule, the same for every warpgroup: one turn per key block b, last to
     // first, that computes S of b and P.V of b + 1 (consuming K of b and V of b + 1), then a
@@ -197,8 +224,10 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       if (k) release_k(block);
       if (v) release_v(block + 1);
     };
-    // Every QK^T of this warpgroup is complete.
-    auto release_q = [&]() { pipeline_q.consumer_release(state_q); };
+    // Every QK^T of this warpgroup is complete (Q from shared memory).
+    auto release_q = [&]() {
+      if constexpr (!Traits::kQueryInRegisters) pipeline_q.consumer_release(state_q);
+    };
     if (mine.empty()) {
       for (int block = blocks.end - 1; block >= blocks.begin - 1; --block) {
         sit_out_turn(block);

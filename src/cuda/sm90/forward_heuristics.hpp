@@ -12,6 +12,11 @@
 #ifndef FLASHATTN_SM90_BLOCK_N_HD256
 #define FLASHATTN_SM90_BLOCK_N_HD256 80
 #endif
+// Up to this head dim a consumer warpgroup keeps its Q rows in registers for the tile (S = Q K^T
+// with A from registers); above it Q stays in shared memory (its fragment would not fit).
+#ifndef FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO
+#define FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO 128
+#endif
 
 namespace flashattn::cuda::sm90 {
 

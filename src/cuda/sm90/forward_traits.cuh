@@ -29,6 +29,15 @@ auto smem_layout_atom() {
     return GMMA::Layout_SW32_Atom<Element, kMajor>{};
 }
 
+// The wgmma of S = Q K^T: Q (A) from registers or from shared memory, K (B) from shared memory.
+template <class Element, class TileShape, bool kARegisters>
+auto qk_op_selector() {
+  if constexpr (kARegisters)
+    return GMMA::rs_op_selector<Element, Element, float, TileShape>();
+  else
+    return GMMA::ss_op_selector<Element, Element, float, TileShape>();
+}
+
 // kBlockM_: query rows per tile, 64 per consumer warpgroup: 128, or 192 up to head dim 64
 // (forward_heuristics.hpp picks per problem).
 template <class Element_, int kHeadDim_, int kBlockM_ = 128>
@@ -75,8 +84,16 @@ struct ForwardTraits {
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V
   using ConsumerLayout = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>;
-  using TiledMmaQK = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, TileShapeQK>(), ConsumerLayout{}));
+  // Q in registers: each warpgroup reads its 64 Q rows from shared memory once per tile
+  // (ldmatrix) and every QK^T of the tile takes them from registers, so the key blocks' GEMMs
+  // read only K from shared memory; Q's stage is free as soon as the rows are read. Sustained
+  // (at the power cap) d = 128 gained 1.0-1.4% at n = 4k-16k, per call no change (NOTES.md run
+  // 23). Not with three warpgroups, whose 160 registers it overflows (168 bytes of spills at d = 64).
+  static constexpr bool kQueryInRegisters =
+      kHeadDim <= FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO && kConsumerWarpGroups == 2;
+  using TiledMmaQK = decltype(make_tiled_mma(qk_op_selector<Element, TileShapeQK, kQueryInRegisters>(),
+                                              ConsumerLayout{}));
+  using SmemCopyQ = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // Q rows -> the A fragment
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TileShapePV, GMMA::Major::K, GMMA::Major::MN>(),
       ConsumerLayout{}));
