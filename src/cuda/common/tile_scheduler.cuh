@@ -9,7 +9,10 @@
 // diagonal is bottom-right aligned), then the heads of the section. So the CTAs that run
 // together read the K/V of few heads (L2 reuse, also across the query heads of a GQA group,
 // which are adjacent), and under a causal mask the long tiles start first and the short ones
-// fill the tail.
+// fill the tail. Longest-first balances the CTAs only within a section, and the last section's
+// tiles are the last claimed: so the section that does not fill the share (the remainder of the
+// pairs) comes first, and with a mask the last section is made large enough (3 tiles per CTA,
+// as far as L2 holds its K/V) that its short tiles, not a few long ones, end the kernel.
 #include "common/host_device.hpp"
 
 namespace flashattn::cuda {
@@ -22,7 +25,12 @@ struct PersistentTileScheduler {
   int num_m_blocks = 0;
   int heads = 0;
   int batch = 0;
-  int section_heads = 1;  // (batch, head) pairs per section
+  // (batch, head) pairs per section: first `lead_heads` (0 or fewer than `section_heads`), then
+  // sections of `section_heads`, then the last section of `last_heads` (at least section_heads,
+  // or all pairs).
+  int lead_heads = 0;
+  int section_heads = 1;
+  int last_heads = 1;
   // The product of the three counts, kept so that a kernel reads it from its parameters
   // rather than holding it in a register (the sm90 producer has 24 at head dim 256).
   int tiles = 0;
@@ -30,12 +38,25 @@ struct PersistentTileScheduler {
   FA_HOST_DEVICE int num_tiles() const { return tiles; }
 
   FA_HOST_DEVICE TileCoord tile(int index) const {
-    const int per_section = num_m_blocks * section_heads;
-    const int section = index / per_section;
-    const int in_section = index - section * per_section;
     const int pairs = heads * batch;
-    const int first_pair = section * section_heads;
-    const int section_pairs = pairs - first_pair < section_heads ? pairs - first_pair : section_heads;
+    const int last_first_pair = pairs - last_heads;
+    const int lead_tiles = lead_heads * num_m_blocks;
+    int first_pair, section_pairs, in_section;
+    if (index >= last_first_pair * num_m_blocks) {
+      first_pair = last_first_pair;
+      section_pairs = last_heads;
+      in_section = index - last_first_pair * num_m_blocks;
+    } else if (index < lead_tiles) {
+      first_pair = 0;
+      section_pairs = lead_heads;
+      in_section = index;
+    } else {
+      const int per_section = num_m_blocks * section_heads;
+      const int section = (index - lead_tiles) / per_section;
+      first_pair = lead_heads + section * section_heads;
+      section_pairs = section_heads;
+      in_section = index - lead_tiles - section * per_section;
+    }
     const int m_rank = in_section / section_pairs;
     const int pair = first_pair + (in_section - m_rank * section_pairs);
     return {num_m_blocks - 1 - m_rank, pair % heads, pair / heads};
@@ -43,9 +64,9 @@ struct PersistentTileScheduler {
 
   // kv_bytes_per_head: K and V bytes that one query head reads (shared by a GQA group, so
   // divided by the group size); l2_bytes: the device's L2; masked: causal or a window, whose
-  // query blocks differ in length.
-  static PersistentTileScheduler make(int num_m_blocks, int heads, int batch,
-                                      long long kv_bytes_per_head, long long l2_bytes, bool masked) {
+  // query blocks differ in length; ctas: the persistent grid.
+  static PersistentTileScheduler make(int num_m_blocks, int heads, int batch, long long kv_bytes_per_head,
+                                      long long l2_bytes, bool masked, int ctas) {
     PersistentTileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
@@ -59,11 +80,24 @@ struct PersistentTileScheduler {
     // the minimum (sm90 NOTES.md, run 22). Masked problems keep half: their sections must hold
     // enough long and short tiles for the longest-first order to balance the CTAs, and at d = 128
     // n = 8k causal half of L2 was already at the minimum.
+    const long long pairs = (long long)heads * batch;
     const long long budget = l2_bytes / (masked ? 2 : 8);
-    long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : heads * batch;
-    if (per_section < 1) per_section = 1;
-    if (per_section > (long long)heads * batch) per_section = (long long)heads * batch;
+    long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : pairs;
+    if (per_section > pairs) per_section = pairs;
+    if (per_section < 1) per_section = 1;  // also with no pairs at all: it divides below
+    // The last section: with a mask at least 3 tiles per CTA, so that its longest-first order
+    // ends on short tiles (sm90 NOTES.md, run 24), but no more K/V than all of L2 holds.
+    long long last = per_section;
+    if (masked && num_m_blocks > 0) {
+      long long balanced = (3LL * (ctas > 0 ? ctas : 1) + num_m_blocks - 1) / num_m_blocks;
+      const long long fit = kv_bytes_per_head > 0 ? l2_bytes / kv_bytes_per_head : pairs;
+      if (balanced > fit) balanced = fit;
+      if (balanced > last) last = balanced;
+    }
+    if (last > pairs) last = pairs;
     s.section_heads = int(per_section);
+    s.last_heads = int(last);
+    s.lead_heads = int((pairs - last) % per_section);
     return s;
   }
 };

@@ -112,8 +112,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long kv_bytes = 2LL * p.seqlen_k * Traits::kHeadDim * sizeof(Element) / p.group_size();
-  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local());
-  (void)sm_count;
+  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
   return f;
 }
 
