@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "cuda/common/mask_tiles.cuh"
-#include "cuda/common/tile_scheduler.cuh"
+#include "cuda/common/tile_order.cuh"
 #include "cuda/sm80/forward_heuristics.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "support/cases.hpp"
@@ -107,59 +107,59 @@ TEST(Sm90TileChoice, SharedTableRunsWarpgroupsOverPartOfTheirTilesKeys) {
   EXPECT_TRUE(skips_first) << "no tile has a warpgroup whose first key block comes after its tile's";
 }
 
-// The persistent scheduler's sections: (batch, head) pairs whose K/V fill an eighth of L2
+// The tile order's sections: (batch, head) pairs whose K/V fill an eighth of L2
 // without a mask (so that a head's tiles run close together and read its K/V from DRAM once),
 // half with one (enough long and short tiles for the longest-first order to balance).
-TEST(PersistentTileScheduler, SectionsTakeAnEighthOfL2WithoutAMaskAndHalfWithOne) {
+TEST(TileOrder, SectionsTakeAnEighthOfL2WithoutAMaskAndHalfWithOne) {
   const long long l2 = 50LL << 20;                      // H100
   const long long kv_8k = 2LL * 8192 * 128 * 2;         // d = 128, n = 8k: 4 MB per head
   const int ctas = 132;
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(64, 16, 2, kv_8k, l2, false, ctas).section_heads, 1);
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(64, 16, 2, kv_8k, l2, true, ctas).section_heads, 6);
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(8, 16, 16, kv_8k / 8, l2, false, ctas).section_heads, 12);
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(8, 16, 16, kv_8k / 8, l2, true, ctas).section_heads, 50);
+  EXPECT_EQ(cuda::TileOrder::make(64, 16, 2, kv_8k, l2, false, ctas).section_heads, 1);
+  EXPECT_EQ(cuda::TileOrder::make(64, 16, 2, kv_8k, l2, true, ctas).section_heads, 6);
+  EXPECT_EQ(cuda::TileOrder::make(8, 16, 16, kv_8k / 8, l2, false, ctas).section_heads, 12);
+  EXPECT_EQ(cuda::TileOrder::make(8, 16, 16, kv_8k / 8, l2, true, ctas).section_heads, 50);
   // A head larger than the budget: one per section; more budget than pairs: all of them.
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(4, 3, 1, l2, l2, false, ctas).section_heads, 1);
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(4, 3, 1, 1024, l2, true, ctas).section_heads, 3);
+  EXPECT_EQ(cuda::TileOrder::make(4, 3, 1, l2, l2, false, ctas).section_heads, 1);
+  EXPECT_EQ(cuda::TileOrder::make(4, 3, 1, 1024, l2, true, ctas).section_heads, 3);
 }
 
 // The partial section comes first; with a mask the last section holds at least 3 tiles per CTA,
 // so that the tiles claimed last are the short ones of a longest-first order (a short last
 // section ended the kernel on a few long tiles while the other CTAs idled).
-TEST(PersistentTileScheduler, PartialSectionFirstAndALastSectionOfThreeTilesPerCtaWithAMask) {
+TEST(TileOrder, PartialSectionFirstAndALastSectionOfThreeTilesPerCtaWithAMask) {
   const long long l2 = 50LL << 20;
   const long long kv_1k = 2LL * 1024 * 256 * 2;  // d = 256, n = 1k: 1 MB per head, 25 per section
-  const auto masked = cuda::PersistentTileScheduler::make(8, 8, 16, kv_1k, l2, true, 132);
+  const auto masked = cuda::TileOrder::make(8, 8, 16, kv_1k, l2, true, 132);
   EXPECT_EQ(masked.section_heads, 25);
   EXPECT_EQ(masked.last_heads, 50);  // 3 x 132 tiles of 8 query blocks: 49.5 pairs
   EXPECT_EQ(masked.lead_heads, (128 - 50) % 25);
-  const auto unmasked = cuda::PersistentTileScheduler::make(8, 8, 16, kv_1k, l2, false, 132);
+  const auto unmasked = cuda::TileOrder::make(8, 8, 16, kv_1k, l2, false, 132);
   EXPECT_EQ(unmasked.section_heads, 6);
   EXPECT_EQ(unmasked.last_heads, 6);
   EXPECT_EQ(unmasked.lead_heads, 128 % 6);
   // No more K/V in the last section than L2 holds: d = 256, n = 16k (16 MB per head) would want
   // 4 pairs for 3 x 132 tiles of 128 query blocks; 3 fit.
-  const auto capped = cuda::PersistentTileScheduler::make(128, 8, 1, 16LL << 20, l2, true, 132);
+  const auto capped = cuda::TileOrder::make(128, 8, 1, 16LL << 20, l2, true, 132);
   EXPECT_EQ(capped.section_heads, 1);
   EXPECT_EQ(capped.last_heads, 3);
   EXPECT_EQ(capped.lead_heads, 0);
   // An empty batch: nothing to order, and nothing divided by zero.
-  EXPECT_EQ(cuda::PersistentTileScheduler::make(8, 8, 0, kv_1k, l2, true, 132).num_tiles(), 0);
+  EXPECT_EQ(cuda::TileOrder::make(8, 8, 0, kv_1k, l2, true, 132).num_tiles(), 0);
   // Fewer pairs than the last section wants: one section of all of them.
-  const auto small = cuda::PersistentTileScheduler::make(8, 4, 2, kv_1k, l2, true, 132);
+  const auto small = cuda::TileOrder::make(8, 4, 2, kv_1k, l2, true, 132);
   EXPECT_EQ(small.last_heads, 8);
   EXPECT_EQ(small.lead_heads, 0);
 }
 
-TEST(PersistentTileScheduler, VisitsEveryTileOnceLongestQueryBlocksFirstInASection) {
+TEST(TileOrder, VisitsEveryTileOnceLongestQueryBlocksFirstInASection) {
   for (bool masked : {false, true}) {
     for (int ctas : {1, 30}) {
       // 7 query blocks, 5 heads, 3 batches; K/V sized so that sections hold 2 or 8 pairs, so the
       // first section is partial; with 30 CTAs and a mask the last takes 13 pairs (3 tiles per CTA).
-      const auto s = cuda::PersistentTileScheduler::make(7, 5, 3, (50LL << 20) / 16, 50LL << 20, masked, ctas);
+      const auto s = cuda::TileOrder::make(7, 5, 3, (50LL << 20) / 16, 50LL << 20, masked, ctas);
       ASSERT_EQ(s.section_heads, masked ? 8 : 2);
       ASSERT_EQ(s.num_tiles(), 7 * 5 * 3);
-      // The section of each (batch, head) pair, from the layout the scheduler states.
+      // The section of each (batch, head) pair, from the layout the order states.
       auto section_of = [&](int pair) {
         if (pair < s.lead_heads) return 0;
         if (pair >= 15 - s.last_heads) return 1000;

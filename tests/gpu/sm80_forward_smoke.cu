@@ -303,19 +303,16 @@ int run_bench(DType dt, const std::string& which) {
 template <int D, int BM, int BN, int W>
 struct TuneTraits : fwd::ForwardTraits<cutlass::bfloat16_t, D, BM, BN, W> {};
 
-// One tile configuration of the sm80 forward, launched directly (bf16). grid_order_only: query
-// blocks in grid order even under a mask (the library runs the heaviest first).
+// One tile configuration of the sm80 forward, launched directly (bf16).
 template <int D, int BM, int BN, int W>
-void run_variant(const ForwardArgs& a, int num_splits = 0, bool grid_order_only = false) {
+void run_variant(const ForwardArgs& a, int num_splits = 0) {
   using Traits = TuneTraits<D, BM, BN, W>;
   const detail::ForwardProblem p = detail::make_forward_problem(a);
   fwd::ForwardParams params = fwd::make_forward_params(p);
   params.pack = fwd::choose_pack(p, fwd::prefill_tiles<D>());
-  params.reverse_m_blocks = !grid_order_only && (p.window_left >= 0 || p.window_right >= 0);
   fwd::launch_forward<Traits>(p, params, 0, num_splits);
 }
 
-// Causal shapes also in grid order.
 template <int D, int BM, int BN, int W>
 void tune_variant(const std::vector<BenchShape>& shapes) {
   char label[48];
@@ -324,8 +321,6 @@ void tune_variant(const std::vector<BenchShape>& shapes) {
     if (s.d != D) continue;
     DeviceProblem p(s, DType::bf16);
     print_row(label, s, time_ms([&] { run_variant<D, BM, BN, W>(p.args); }));
-    if (s.causal)
-      print_row(std::string(label) + " grid order", s, time_ms([&] { run_variant<D, BM, BN, W>(p.args, 0, true); }));
   }
 }
 

@@ -48,10 +48,19 @@ struct ForwardBlock {
 
 // Decodes the grid position; false if the CTA's query block lies past its sequence.
 __device__ inline bool locate_block(const ForwardParams& p, int block_m, int block_n, ForwardBlock& b) {
-  const int m_block = p.reverse_m_blocks ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  b.head_block = blockIdx.y;
-  b.batch = blockIdx.z / p.num_splits;
-  b.split = blockIdx.z % p.num_splits;
+  int m_block;
+  if (p.order.num_tiles() > 0) {
+    const TileCoord t = p.order.tile(int(blockIdx.x));
+    m_block = t.m_block;
+    b.head_block = t.head;
+    b.batch = t.batch;
+    b.split = 0;
+  } else {
+    m_block = blockIdx.x;
+    b.head_block = blockIdx.y;
+    b.batch = blockIdx.z / p.num_splits;
+    b.split = blockIdx.z % p.num_splits;
+  }
   b.seq = sequence_span(p, b.batch);
   const int packed_rows = b.seq.len_q * p.pack;
   b.row0 = m_block * block_m;

@@ -68,6 +68,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
 struct KernelResidency {
   int sm_count = 0;
   int ctas_per_sm = 0;
+  int l2_bytes = 0;
 };
 
 template <class Traits>
@@ -78,6 +79,7 @@ KernelResidency prepare_forward_kernel(int device) {
       FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
     return r;
@@ -113,14 +115,24 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
   const long long ctas = static_cast<long long>(m_blocks) * head_blocks * problem.batch;
   const TileShape tiles{Traits::kBlockM, Traits::kBlockN, Traits::kWarps};
   const int key_tiles = (visited_keys(problem, params.pack, tiles) + Traits::kBlockN - 1) / Traits::kBlockN;
-  params.num_splits =
-      num_splits > 0 ? std::min(num_splits, std::max(key_tiles, 1))
-                     : choose_num_splits(ctas, key_tiles, residency.sm_count * std::max(residency.ctas_per_sm, 1));
+  const int slots = residency.sm_count * std::max(residency.ctas_per_sm, 1);
+  params.num_splits = num_splits > 0 ? std::min(num_splits, std::max(key_tiles, 1))
+                                     : choose_num_splits(ctas, key_tiles, slots);
   if (static_cast<long long>(problem.batch) * params.num_splits > 65535) params.num_splits = 1;
 
   check_grid("heads", head_blocks, 65535);
   check_grid("batch", problem.batch, 65535);
-  const dim3 grid(m_blocks, head_blocks, problem.batch * params.num_splits);
+  dim3 grid(m_blocks, head_blocks, problem.batch * params.num_splits);
+  // Under a mask the query blocks differ in length: a 1D grid in longest-first order keeps the
+  // last CTAs to start short (common/tile_order.cuh; NOTES_forward.md, stop 22).
+  params.order = {};
+  if (problem.is_local() && params.num_splits == 1) {
+    check_grid("batch * heads * query blocks", ctas, 0x7fffffffLL);
+    const long long kv_bytes = 2LL * problem.seqlen_k * kHeadDim * sizeof(Element) /
+                               (params.pack == 1 ? problem.group_size() : 1);
+    params.order = TileOrder::make(m_blocks, head_blocks, problem.batch, kv_bytes, residency.l2_bytes, true, slots);
+    grid = dim3(unsigned(ctas));
+  }
 
   // Split-KV partials: fp32 outputs and LSEs of every split, merged by the combine kernel.
   const size_t rows_per_split = size_t(problem.batch) * problem.heads_q * problem.seqlen_q;
@@ -159,7 +171,6 @@ void run_forward(const detail::ForwardProblem& problem) {
 
   ForwardParams params = make_forward_params(problem);
   params.pack = choose_pack(problem, kPrefill);
-  params.reverse_m_blocks = problem.window_left >= 0 || problem.window_right >= 0;
   if (use_decode_tiles(problem, params.pack, kDecode) ||
       short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack))
     launch_forward<DecodeTraits>(problem, params, problem.device_index);

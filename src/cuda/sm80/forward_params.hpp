@@ -5,6 +5,7 @@
 
 #include "common/host_device.hpp"
 #include "common/problem.hpp"
+#include "cuda/common/tile_order.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -34,7 +35,10 @@ struct ForwardParams {
   // Query heads packed into the rows of one tile: 1, or `group` (then blockIdx.y is a KV head
   // and packed row r is query row r / pack of query head kv_head * group + r % pack).
   int pack;
-  bool reverse_m_blocks;  // causal / local: heaviest query blocks first
+  // Masked problems without splits: blockIdx.x indexes this order of (query block, head block,
+  // batch) tiles: longest first, in sections of heads whose K/V share L2. Otherwise (no tiles)
+  // the grid is (query block, head block, batch x split).
+  TileOrder order;
 
   // Split-KV: split s of num_splits takes key tiles [s, s+1) * tiles_per_split (the last one
   // to the end) and writes fp32 partial outputs and LSEs, which a combine kernel merges.

@@ -104,7 +104,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   const PingPong<Traits::kConsumerWarpGroups> turns{warp_group};
   turns.start();
   Softmax softmax(p.scale_log2);
-  const int num_tiles = p.scheduler.num_tiles();
+  const int num_tiles = p.order.num_tiles();
 
   typename Traits::PipelineTile::PipelineState state_tile;
   Tracer trace(p.trace);

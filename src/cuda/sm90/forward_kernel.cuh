@@ -2,7 +2,7 @@
 // The sm90 forward kernel: sets up shared memory and barriers, then splits into the producer
 // warpgroup (TMA loads, few registers) and the consumer warpgroups (wgmma and softmax, many
 // registers). Persistent: each CTA runs tiles until none is left; the producer claims them
-// (common/tile_scheduler.cuh), plans them and passes index and plan on to the consumers.
+// (common/tile_order.cuh), plans them and passes index and plan on to the consumers.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>

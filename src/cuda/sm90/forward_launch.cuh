@@ -112,7 +112,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long kv_bytes = 2LL * p.seqlen_k * Traits::kHeadDim * sizeof(Element) / p.group_size();
-  f.scheduler = PersistentTileScheduler::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
+  f.order = TileOrder::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
   return f;
 }
 
@@ -164,7 +164,7 @@ void allow_shared_memory(int bytes, int device) {
 template <class Traits, int kVariant>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
-  const long long tiles = (long long)params.scheduler.num_m_blocks * p.heads_q * p.batch;
+  const long long tiles = (long long)params.order.num_m_blocks * p.heads_q * p.batch;
   if (tiles <= 0) return;
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",

@@ -3,7 +3,7 @@
 // descriptors must live in parameter memory).
 #include <cstdint>
 
-#include "cuda/common/tile_scheduler.cuh"
+#include "cuda/common/tile_order.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -41,9 +41,9 @@ struct ForwardParams {
   float scale_log2;     // logit -> log2 units
   float logit_scale;    // logit -> natural-log units (for the LSE)
 
-  PersistentTileScheduler scheduler;
+  TileOrder order;
   // Tiles handed out so far beyond each CTA's first (zero at launch): CTAs take the next tile
-  // in the scheduler's order when they are about to run out of work.
+  // in this order when they are about to run out of work.
   int* tile_counter;
   // Development timeline (forward_trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
   std::uint64_t* trace;

@@ -47,7 +47,7 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   auto state_k = cutlass::make_producer_start_state<typename Traits::PipelineK>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
   auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
-  const int num_tiles = p.scheduler.num_tiles();
+  const int num_tiles = p.order.num_tiles();
 
   // The consumers learn which tile comes next (num_tiles or more: none) and its plan from a slot
   // of shared memory. The slot is taken before the plan is computed, so that the plan goes to it

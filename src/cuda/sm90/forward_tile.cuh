@@ -1,11 +1,11 @@
 #pragma once
-// What one tile of the sm90 forward covers: the scheduler's (query block, head, batch), the
+// What one tile of the sm90 forward covers: the tile order's (query block, head, batch), the
 // sequence's rows, and the key blocks its rows see. The producer computes it from the tile
 // index and passes it on to the consumers with the index.
 #include <cute/config.hpp>
 
 #include "cuda/common/mask.cuh"
-#include "cuda/common/tile_scheduler.cuh"
+#include "cuda/common/tile_order.cuh"
 #include "cuda/sm90/forward_params.cuh"
 
 namespace flashattn::cuda::sm90 {
@@ -64,7 +64,7 @@ struct TileSlot {
 template <class Traits>
 CUTE_DEVICE TileWork plan_tile(ForwardParams<Traits> const& p, int index) {
   TileWork w;
-  w.coord = p.scheduler.tile(index);
+  w.coord = p.order.tile(index);
   w.seq = sequence_rows(p, w.coord.batch);
   w.row0 = w.coord.m_block * Traits::kBlockM;
   w.rows = min(Traits::kBlockM, w.seq.len_q - w.row0);

@@ -1,8 +1,10 @@
 #pragma once
-// The order in which a persistent forward kernel (at most one CTA per SM) takes its
-// (query block, head, batch) tiles. Each CTA starts with tile blockIdx.x and then takes the next
-// unclaimed index from a global counter when it runs out of work, so the order below is also the
-// order of execution, and no CTA idles while another has a queue.
+// The order of a forward kernel's (query block, head, batch) tiles. The sm90 kernel is persistent
+// (at most one CTA per SM): each CTA starts with tile blockIdx.x and then takes the next unclaimed
+// index from a global counter when it runs out of work, so the order below is the order of
+// execution, and no CTA idles while another has a queue. The sm80 kernel maps blockIdx.x through
+// it for masked problems: the GPU starts CTAs in index order as slots free up, so there too it is
+// close to the order of execution.
 //
 // Order: (batch, head) pairs are cut into sections whose K/V fit in a share of L2; within a
 // section the longest query blocks come first (the last ones under a causal mask, whose
@@ -21,7 +23,7 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
-struct PersistentTileScheduler {
+struct TileOrder {
   int num_m_blocks = 0;
   int heads = 0;
   int batch = 0;
@@ -64,10 +66,11 @@ struct PersistentTileScheduler {
 
   // kv_bytes_per_head: K and V bytes that one query head reads (shared by a GQA group, so
   // divided by the group size); l2_bytes: the device's L2; masked: causal or a window, whose
-  // query blocks differ in length; ctas: the persistent grid.
-  static PersistentTileScheduler make(int num_m_blocks, int heads, int batch, long long kv_bytes_per_head,
+  // query blocks differ in length; ctas: how many CTAs run at once (the persistent grid, or the
+  // GPU's resident slots).
+  static TileOrder make(int num_m_blocks, int heads, int batch, long long kv_bytes_per_head,
                                       long long l2_bytes, bool masked, int ctas) {
-    PersistentTileScheduler s;
+    TileOrder s;
     s.num_m_blocks = num_m_blocks;
     s.heads = heads;
     s.batch = batch;
