@@ -30,21 +30,16 @@ constexpr int key_block_cols(int head_dim) {
 
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
 // ran 9-12% faster per row on long sequences (H100, NOTES.md run 7). A warpgroup whose 64 rows
-// all lie past the end of a sequence skips its GEMMs and softmax (run 13), so padding costs
-// little without a mask: there the choice is about waves. A 192-row tile took about 1.25x as
-// long as a 128-row one at n = 1k (run 13); take it when its waves, weighted so, are fewer.
-// With a causal mask or a window the taller tile computed more masked scores on the diagonal
-// (n = 512 / 1k causal: 4% / 8% slower with 192 rows); since each warpgroup skips the key blocks
-// its own rows do not see (run 14) the two heights are within the measurement's spread there
-// (-3..+5%), so masked problems keep the old limit: 192 rows only where they pad at most 4%
-// more rows than 128 would. `heads_x_batch`: query heads times batch.
-inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool masked) {
+// all lie past the end of a sequence skips its GEMMs and softmax (run 13), and under a mask each
+// warpgroup visits only the key blocks its own rows see (run 14), so padding costs little: the
+// choice is about waves. A 192-row tile took about 1.25x as long as a 128-row one at n = 1k (run
+// 13); take it when its waves, weighted so, are fewer. Masked problems used to take 192 rows only
+// where they padded at most 4% more rows than 128; since the tile order ends on short tiles (run
+// 24), 192 rows ran 4% faster at n = 1k causal and 9% at 512 (run 25), so the same rule serves
+// both. `heads_x_batch`: query heads times batch.
+inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count) {
   if (head_dim > 64) return 128;
   const long long n = seqlen_q > 0 ? seqlen_q : 1;
-  if (masked) {
-    const long long rows_128 = (n + 127) / 128 * 128, rows_192 = (n + 191) / 192 * 192;
-    if (rows_192 * 100 > rows_128 * 104) return 128;
-  }
   const long long sms = sm_count > 0 ? sm_count : 1;
   const long long waves_128 = ((n + 127) / 128 * heads_x_batch + sms - 1) / sms;
   const long long waves_192 = ((n + 191) / 192 * heads_x_batch + sms - 1) / sms;

@@ -217,8 +217,7 @@ void run_forward(const detail::ForwardProblem& p) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
   const auto [sm_count, l2_bytes] = device_facts(p.device_index);
   if constexpr (HeadDim <= 64) {
-    const bool masked = p.is_local();  // causal is a window too
-    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, masked) == 192)
+    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
       return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);
   }
   launch_forward<ForwardTraits<Element, HeadDim, 128>>(p, sm_count, l2_bytes);
