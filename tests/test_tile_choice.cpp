@@ -109,7 +109,9 @@ TEST(Sm90TileChoice, SharedTableRunsWarpgroupsOverPartOfTheirTilesKeys) {
 // half with one (enough long and short tiles for the longest-first order to balance).
 TEST(TileOrder, SectionsTakeAnEighthOfL2WithoutAMaskAndHalfWithOne) {
   const long long l2 = 50LL << 20;                      // H100
-  const long long kv_8k = 2LL * 8192 * 128 * 2;         // d = 128, n = 8k: 4 MB per head
+  const long long kv_8k = cuda::TileOrder::kv_bytes_per_head(8192, 128, 2, 1);  // d = 128, n = 8k: 4 MB
+  EXPECT_EQ(kv_8k, 4LL << 20);
+  EXPECT_EQ(cuda::TileOrder::kv_bytes_per_head(8192, 128, 2, 8), kv_8k / 8);  // a GQA group of 8
   const int ctas = 132;
   EXPECT_EQ(cuda::TileOrder::make(64, 16, 2, kv_8k, l2, false, ctas).section_heads, 1);
   EXPECT_EQ(cuda::TileOrder::make(64, 16, 2, kv_8k, l2, true, ctas).section_heads, 6);

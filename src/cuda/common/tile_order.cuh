@@ -64,6 +64,12 @@ struct TileOrder {
     return {num_m_blocks - 1 - m_rank, pair % heads, pair / heads};
   }
 
+  // K and V bytes per head of the order when `heads_sharing` of its heads read the same K and V
+  // (a GQA group of query heads; 1 where the order's heads are KV heads).
+  static long long kv_bytes_per_head(int seqlen_k, int head_dim, int element_bytes, int heads_sharing) {
+    return 2LL * seqlen_k * head_dim * element_bytes / (heads_sharing > 0 ? heads_sharing : 1);
+  }
+
   // kv_bytes_per_head: K and V bytes that one query head reads (shared by a GQA group, so
   // divided by the group size); l2_bytes: the device's L2; masked: causal or a window, whose
   // query blocks differ in length; ctas: how many CTAs run at once (the persistent grid, or the

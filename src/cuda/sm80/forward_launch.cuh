@@ -128,8 +128,8 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
   params.order = {};
   if (problem.is_local() && params.num_splits == 1) {
     check_grid("batch * heads * query blocks", ctas, 0x7fffffffLL);
-    const long long kv_bytes = 2LL * problem.seqlen_k * kHeadDim * sizeof(Element) /
-                               (params.pack == 1 ? problem.group_size() : 1);
+    const long long kv_bytes = TileOrder::kv_bytes_per_head(problem.seqlen_k, kHeadDim, int(sizeof(Element)),
+                                                            params.pack == 1 ? problem.group_size() : 1);
     params.order = TileOrder::make(m_blocks, head_blocks, problem.batch, kv_bytes, residency.l2_bytes, true, slots);
     grid = dim3(unsigned(ctas));
   }

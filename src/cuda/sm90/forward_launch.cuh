@@ -111,7 +111,8 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  const long long kv_bytes = 2LL * p.seqlen_k * Traits::kHeadDim * sizeof(Element) / p.group_size();
+  const long long kv_bytes =
+      TileOrder::kv_bytes_per_head(p.seqlen_k, Traits::kHeadDim, int(sizeof(Element)), p.group_size());
   f.order = TileOrder::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
   return f;
 }
