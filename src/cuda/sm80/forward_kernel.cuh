@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
                          element_index(params.k_layout, blk.batch, blk.seq.offset_k, 0, kv_head);
   const Element* v_seq = static_cast<const Element*>(params.v) +
                          element_index(params.v_layout, blk.batch, blk.seq.offset_k, 0, kv_head);
-  auto row_index = [&](const detail::SeqTensor& layout, int r) {  // r: row within the tile
+  // Element index of row r of the tile in Q or O with query heads packed into rows.
+  auto packed_row_index = [&](const detail::SeqTensor& layout, int r) {  // r: row within the tile
     const int row = blk.row0 + r;
     return element_index(layout, blk.batch, blk.seq.offset_q, blk.query_row(params, row),
                          blk.query_head(params, row));
@@ -122,18 +123,38 @@ __global__ void __launch_bounds__(Traits::kThreads)
   Tensor tKsK = gmem_thr.partition_D(sK);
   Tensor tVsV = gmem_thr.partition_D(sV);
   Tensor tKVc = gmem_thr.partition_D(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // Calls f(m, element index) for each of the thread's rows m of Q or O (tile row tQc(0, m, 0)).
+  // Unpacked, the tile's rows are consecutive rows of one head and a thread's rows a fixed step
+  // apart: the first row's index is computed once, the others by a multiply-add. Packed rows
+  // gather across heads and are located one by one (~35 instructions a row; done for every
+  // launch, that cost 1-4% at n = 1k: NOTES_forward.md, stop 23).
+  constexpr int kRowStep = Traits::kThreads / Traits::kThreadsPerRow;  // rows between a thread's rows
+  static_assert(decltype(size<1>(tQc))::value * kRowStep == kBlockM);
+  const int thread_row0 = get<0>(tQc(0, 0, 0));
+  auto for_each_thread_row = [&](const detail::SeqTensor& layout, auto&& f) {
+    if (params.pack == 1) {
+      const std::int64_t first =
+          element_index(layout, blk.batch, blk.seq.offset_q, blk.row0 + thread_row0, blk.head_block);
+      CUTE_UNROLL
+      for (int m = 0; m < size<1>(tQc); ++m) f(m, first + std::int64_t(m * kRowStep) * layout.seq_stride);
+    } else {
+      CUTE_UNROLL
+      for (int m = 0; m < size<1>(tQc); ++m) {
+        const int r = get<0>(tQc(0, m, 0));
+        f(m, r < blk.rows ? packed_row_index(layout, r) : 0);  // decoding: most rows are past blk.rows
+      }
+    }
+  };
   // Writes the thread's 16-byte pieces of the block's output rows that exist (r < blk.rows);
   // piece(m, k) gives the value of the piece at tQc(0, m, k).
   auto store_out_rows = [&](auto piece) {
-    CUTE_UNROLL
-    for (int m = 0; m < size<1>(tQc); ++m) {
-      const int r = get<0>(tQc(0, m, 0));
-      if (r >= blk.rows) continue;
-      Element* row_ptr = out_base + row_index(params.out_layout, r);
+    for_each_thread_row(params.out_layout, [&](int m, std::int64_t index) {
+      if (get<0>(tQc(0, m, 0)) >= blk.rows) return;
+      Element* row_ptr = out_base + index;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tQc); ++k)
         *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) = piece(m, k);
-    }
+    });
   };
 
   // ---- the thread's accumulator coordinates -------------------------------------------------
@@ -171,15 +192,12 @@ __global__ void __launch_bounds__(Traits::kThreads)
   }
 
   // ---- loads: Q once; K/V tiles with rows past the sequence zero-filled ----------------------
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(tQc); ++m) {
-    const int r = get<0>(tQc(0, m, 0));
-    const bool valid = r < blk.rows;
-    const Element* row_ptr = valid ? q_base + row_index(params.q_layout, r) : q_base;
+  for_each_thread_row(params.q_layout, [&](int m, std::int64_t index) {
+    const bool valid = get<0>(tQc(0, m, 0)) < blk.rows;
+    const Element* row_ptr = q_base + (valid ? index : 0);
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tQc); ++k)
-      cp_async_16(&tQsQ(0, m, k), row_ptr + get<1>(tQc(0, m, k)), valid);
-  }
+    for (int k = 0; k < size<2>(tQc); ++k) cp_async_16(&tQsQ(0, m, k), row_ptr + get<1>(tQc(0, m, k)), valid);
+  });
   auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, std::int64_t seq_stride, int tile) {
     const int key0 = tile * kBlockN;
     CUTE_UNROLL
