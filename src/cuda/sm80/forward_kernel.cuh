@@ -42,7 +42,8 @@ struct ForwardBlock {
     return p.pack == 1 ? head_block : head_block * p.pack + row % p.pack;
   }
   __device__ int kv_head(const ForwardParams& p) const {
-    return p.pack == 1 ? head_block / p.group : head_block;
+    if (p.pack != 1) return head_block;
+    return p.group == 1 ? head_block : head_block / p.group;
   }
 };
 
@@ -58,16 +59,18 @@ __device__ inline bool locate_block(const ForwardParams& p, int block_m, int blo
   } else {
     m_block = blockIdx.x;
     b.head_block = blockIdx.y;
-    b.batch = blockIdx.z / p.num_splits;
-    b.split = blockIdx.z % p.num_splits;
+    // Integer divisions only where they divide: each is ~25 dependent instructions at the CTA's
+    // start, before its first load (NOTES_forward.md, stop 23).
+    b.batch = p.num_splits == 1 ? blockIdx.z : blockIdx.z / p.num_splits;
+    b.split = p.num_splits == 1 ? 0 : blockIdx.z % p.num_splits;
   }
   b.seq = sequence_span(p, b.batch);
   const int packed_rows = b.seq.len_q * p.pack;
   b.row0 = m_block * block_m;
   if (b.row0 >= packed_rows) return false;
   b.rows = min(block_m, packed_rows - b.row0);
-  b.mask = {b.seq.len_q, b.seq.len_k, p.window_left, p.window_right, b.row0 / p.pack,
-            (b.row0 + b.rows - 1) / p.pack};
+  b.mask = {b.seq.len_q, b.seq.len_k, p.window_left, p.window_right, b.query_row(p, b.row0),
+            b.query_row(p, b.row0 + b.rows - 1)};
   b.tiles = b.mask.tiles(block_n);
   if (p.num_splits > 1) {  // this split's share of the block's own tiles
     const int per_split = (b.tiles.end - b.tiles.begin + p.num_splits - 1) / p.num_splits;
