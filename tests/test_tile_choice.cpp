@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "cuda/common/mask_tiles.cuh"
+#include "cuda/common/tail_split.cuh"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm80/forward_heuristics.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
@@ -180,6 +182,68 @@ TEST(TileOrder, VisitsEveryTileOnceLongestQueryBlocksFirstInASection) {
       if (masked) EXPECT_GE(s.last_heads * 7, 3 * ctas);
     }
   }
+}
+
+// The last partial wave's key blocks dealt out to units: every block of every tail tile in
+// exactly one segment, units of nearly equal length and at most two segments each, and the
+// slots that a tile's merge reads are those its segments wrote.
+TEST(TailSplit, DealsEveryTailBlockOnceInNearlyEqualUnits) {
+  struct Shape {
+    long long tiles;
+    int ctas, blocks;
+  };
+  for (const Shape& sh : {Shape{2048, 132, 32}, Shape{144, 132, 10}, Shape{288, 132, 12}, Shape{2048, 132, 128}, Shape{133, 132, 9},
+                          Shape{1000, 132, 64}}) {
+    const auto t = cuda::TailSplit::make(sh.tiles, sh.ctas, sh.blocks, true);
+    ASSERT_TRUE(t.active()) << sh.tiles << " tiles";
+    const int rest = int(sh.tiles % sh.ctas);
+    EXPECT_EQ(t.first_tile, sh.tiles - rest);
+    EXPECT_EQ(t.units, std::min(sh.ctas, rest * sh.blocks));
+    std::vector<int> owner(size_t(rest) * sh.blocks, -1);  // the slot that computes each block
+    int shortest = 1 << 30, longest = 0;
+    for (int u = 0; u < t.units; ++u) {
+      ASSERT_TRUE(t.segments(u) == 1 || t.segments(u) == 2) << "unit " << u;
+      int length = 0;
+      for (int s = 0; s < t.segments(u); ++s) {
+        int begin, end;
+        t.segment_blocks(u, s, begin, end);
+        ASSERT_TRUE(0 <= begin && begin < end && end <= sh.blocks) << "unit " << u << " segment " << s;
+        const int tile = t.segment_tile(u, s);
+        for (int b = begin; b < end; ++b) {
+          EXPECT_EQ(owner[size_t(tile) * sh.blocks + b], -1) << "block " << b << " of tail tile " << tile << " twice";
+          owner[size_t(tile) * sh.blocks + b] = cuda::TailSplit::slot(u, s);
+        }
+        length += end - begin;
+      }
+      shortest = std::min(shortest, length);
+      longest = std::max(longest, length);
+    }
+    EXPECT_LE(longest - shortest, 1);
+    EXPECT_LT(longest, sh.blocks);
+    for (int tile = 0; tile < rest; ++tile) {
+      std::set<int> written, read;
+      for (int b = 0; b < sh.blocks; ++b) {
+        ASSERT_NE(owner[size_t(tile) * sh.blocks + b], -1) << "block " << b << " of tail tile " << tile << " unassigned";
+        written.insert(owner[size_t(tile) * sh.blocks + b]);
+      }
+      for (int u = t.first_unit(tile); u <= t.last_unit(tile); ++u) read.insert(t.slot_in_tile(u, tile));
+      EXPECT_EQ(written, read) << "tail tile " << tile;
+      EXPECT_GE(written.size(), 2u) << "tail tile " << tile << " is not split";
+    }
+  }
+}
+
+// Not split: a mask or varlen (tiles of different lengths), no partial wave, a last wave that
+// is nearly full, or units that would save fewer than 8 key blocks.
+TEST(TailSplit, OnlyWhereItShortensTheLastWaveBy8KeyBlocks) {
+  EXPECT_FALSE(cuda::TailSplit::make(2048, 132, 32, false).active());
+  EXPECT_FALSE(cuda::TailSplit::make(2112, 132, 32, true).active());   // 16 full waves
+  EXPECT_FALSE(cuda::TailSplit::make(100, 132, 32, true).active());    // one wave, not full
+  EXPECT_FALSE(cuda::TailSplit::make(2110, 132, 32, true).active());   // 130 of 132: saves 0 blocks
+  EXPECT_FALSE(cuda::TailSplit::make(2048, 132, 16, true).active());   // d = 128 n = 2k: saves 7
+  EXPECT_TRUE(cuda::TailSplit::make(2048, 132, 32, true).active());    // d = 128 n = 4k: saves 15
+  EXPECT_EQ(cuda::TailSplit::make(2048, 132, 32, false).num_items(), 2048);
+  EXPECT_EQ(cuda::TailSplit::make(2048, 132, 32, true).num_items(), 1980 + 132);
 }
 
 TEST(Sm80TileChoice, ShortPrefillTilesOnlyAtHeadDim256ShortUnpackedQueries) {

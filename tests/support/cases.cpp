@@ -200,6 +200,27 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.causal = true;
     add(c);
   }
+  // A last partial wave dealt out as units of key blocks (common/tail_split.cuh; sm90, no mask,
+  // fixed length, two consumer warpgroups). The last tile of each sequence (1050 rows) has a
+  // warpgroup without rows. GPU table only.
+  //  - d = 128: 4 x 8 heads x 9 query tiles of 128 rows = 288 tiles on 132 CTAs leave 24 for
+  //    the tail, whose 12 key blocks each (the last one partial) go to 132 units of 2-3 blocks:
+  //    units that run across a tile boundary, 5-6 segments a tile.
+  //  - d = 64: 2 x 8 x 9 = 144 tiles leave 12 of 10 key blocks for 120 units of one block: 10
+  //    segments a tile (if the kernel takes 128-row tiles; with 192 it does not split).
+  if (backend == TableFor::cuda) {
+    for (int d : {64, 128}) {
+      Case c;
+      c.name = "tail_split_hd" + std::to_string(d);
+      c.batch = d == 128 ? 4 : 2;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.seqlen_q = 1050;
+      c.seqlen_k = d == 128 ? 1450 : 1200;
+      c.head_dim = d;
+      add(c);
+    }
+  }
   // Large magnitudes: scores in the thousands must not overflow or produce NaN.
   {
     Case c;

@@ -102,6 +102,26 @@ class DeferredOnlineSoftmax {
       for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= corr.factor[r];
   }
 
+  // Row r's running max (logit units) and this thread's part of its sum.
+  CUTE_DEVICE float max(int r) const { return row_max_[r]; }
+  CUTE_DEVICE float sum(int r) const { return row_sum_[r]; }
+
+  // Merges the state of the same rows over another range of keys (its max and this thread's
+  // part of its sum): the output of this range must then be scaled by mine[r] and the other's by
+  // theirs[r] before they are added. A row that saw no key in either range keeps max -inf.
+  CUTE_DEVICE void merge(const float (&other_max)[kRows], const float (&other_sum)[kRows], float (&mine)[kRows],
+                         float (&theirs)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float new_max = fmaxf(row_max_[r], other_max[r]);
+      const float offset = new_max == -INFINITY ? 0.f : new_max * scale_log2_;
+      mine[r] = exp2_sfu(row_max_[r] * scale_log2_ - offset);
+      theirs[r] = exp2_sfu(other_max[r] * scale_log2_ - offset);
+      row_sum_[r] = row_sum_[r] * mine[r] + other_sum[r] * theirs[r];
+      row_max_[r] = new_max;
+    }
+  }
+
   // Normalizes acc and gives each row's natural-log LSE, max * logit_scale + log(sum), where
   // logit_scale converts logit units to natural-log units (scale_log2 / log2 e).
   template <class Acc>

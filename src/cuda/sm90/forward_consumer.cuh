@@ -22,6 +22,7 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/forward_epilogue.cuh"
 #include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_tail_split.cuh"
 #include "cuda/sm90/forward_tile.cuh"
 #include "cuda/sm90/forward_trace.cuh"
 #include "cuda/sm90/gmma_fragment.cuh"
@@ -104,7 +105,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   const PingPong<Traits::kConsumerWarpGroups> turns{warp_group};
   turns.start();
   Softmax softmax(p.scale_log2);
-  const int num_tiles = p.order.num_tiles();
+  const int num_items = p.tail.num_items();
 
   typename Traits::PipelineTile::PipelineState state_tile;
   Tracer trace(p.trace);
@@ -112,7 +113,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   for (;;) {
     pipeline_tile.consumer_wait(state_tile);
     TileSlot const& slot = smem.tile_slot[state_tile.index()];
-    if (slot.index >= num_tiles) break;
+    if (slot.index >= num_items) break;
     // The slot is held until the tile's epilogue has read the plan. The producer refills it two
     // tiles on and may wait for it, but nothing of this tile waits for the producer's next
     // publication, so holding it cannot deadlock.
@@ -124,6 +125,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // What the mainloop needs of the plan, read into registers once.
     KeyTileRange blocks;  // the tile's key blocks
     KeyTileRange mine;    // those that this warpgroup's rows see (empty: none)
+    bool has_rows;        // this warpgroup has rows in the sequence
     int unmasked_begin, unmasked_end;  // keys that every row of this warpgroup sees
     detail::KeyRange row_keys[kRows];
     {
@@ -142,7 +144,10 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       BlockMask own = mask;  // this warpgroup's rows that lie in the sequence
       own.first_row = w.row0 + warp_group * Traits::kRowsPerWarpGroup;
       own.last_row = min(own.first_row + Traits::kRowsPerWarpGroup - 1, mask.last_row);
-      mine = own.first_row <= own.last_row ? own.tiles(kBlockN) : KeyTileRange{};
+      has_rows = own.first_row <= own.last_row;
+      mine = has_rows ? own.tiles(kBlockN) : KeyTileRange{};
+      mine = {max(mine.begin, blocks.begin), min(mine.end, blocks.end)};  // a segment: its blocks only
+      if (mine.empty()) mine = {};
       unmasked_begin = own.row_keys(own.last_row).begin;
       unmasked_end = own.row_keys(own.first_row).end;
 #pragma unroll
@@ -300,17 +305,30 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 
     // The epilogue runs for a warpgroup without key blocks too (at d > 128 it waits for the
     // other warpgroup to be done with its staging): its rows that lie in the sequence get
-    // output 0 and LSE -inf.
-    float lse[kRows];
-    if (mine.empty()) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) lse[r] = -INFINITY;
-    } else {
-      softmax.finalize(out, p.logit_scale, lse);
+    // output 0 and LSE -inf. A segment of a split tile stores only if it is the last of the
+    // tile's segments to finish, with the others' partials merged in (forward_tail_split.cuh).
+    bool store = true;
+    if constexpr (Traits::kTailSplit) {
+      // The workspace holds partial_chunks<2, kHeadDim / 4> per thread (forward_launch.cuh).
+      static_assert(kRows == 2 && decltype(size<1>(out))::value == Traits::kHeadDim / 4);
+      if (slot.work.segment_slot >= 0 && has_rows)
+        store = finish_segment<Traits::kConsumerWarpGroups>(p.tail, p.partials, p.tail_arrivals,
+                                                            smem.tail_arrived[warp_group], slot.work.segment_slot,
+                                                            softmax, out, warp_group, thread % 128,
+                                                            kBarrierEpilogueWarpGroup0 + warp_group);
     }
-    trace(TraceEvent::finalized);
-    ForwardEpilogue<Traits>::store(p, smem, held_stage.index(), slot.work, tOrO, out_coords, lse, thread);
-    trace(TraceEvent::stored);
+    if (store) {
+      float lse[kRows];
+      if (mine.empty() && slot.work.segment_slot < 0) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) lse[r] = -INFINITY;
+      } else {
+        softmax.finalize(out, p.logit_scale, lse);
+      }
+      trace(TraceEvent::finalized);
+      ForwardEpilogue<Traits>::store(p, smem, held_stage.index(), slot.work, tOrO, out_coords, lse, thread);
+      trace(TraceEvent::stored);
+    }
     if constexpr (Traits::kOutputInKVStages) {  // the store has read the stage
       if (warp_group == Traits::kKeyStageKeeper)
         pipeline_k.consumer_release(held_stage);

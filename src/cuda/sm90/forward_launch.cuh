@@ -114,6 +114,11 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   const long long kv_bytes =
       TileOrder::kv_bytes_per_head(p.seqlen_k, Traits::kHeadDim, int(sizeof(Element)), p.group_size());
   f.order = TileOrder::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
+  // The tail split needs every tile the same length (no mask, fixed length).
+  const bool even_tiles = !p.is_local() && !varlen && Traits::kTailSplit;
+  const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const long long tiles = (long long)m_blocks * p.heads_q * p.batch;
+  f.tail = TailSplit::make(tiles, int(std::min<long long>(tiles, sm_count)), key_blocks, even_tiles);
   return f;
 }
 
@@ -177,15 +182,22 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   // The tile counter lives in stream-ordered workspace (the library's pool, which keeps its
   // memory across synchronizations): zeroed, used and freed in stream order, so concurrent
   // calls on other streams have their own.
+  // The tail split's arrival counters follow the tile counter, so one memset zeroes both.
   WorkspacePlan plan;
-  const size_t counter_offset = plan.add<int>(1);
+  const TailSplit& tail = params.tail;
+  const int counters = 1 + (tail.active() ? (tail.tail_blocks / tail.blocks) * Traits::kConsumerWarpGroups : 0);
+  const size_t counter_offset = plan.add<int>(counters);
+  const size_t partial_offset = plan.add<float2>(
+      size_t(tail.num_slots()) * Traits::kConsumerWarpGroups * 128 * partial_chunks<2, Traits::kHeadDim / 4>());
 #ifdef FLASHATTN_SM90_TRACE
   const size_t trace_count = size_t(grid) * kTraceWarpGroups * kTraceRecords;
   const size_t trace_offset = plan.add<std::uint64_t>(trace_count);
 #endif
   StreamWorkspace workspace(plan.bytes(), stream);
   params.tile_counter = workspace.at<int>(counter_offset);
-  FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream));
+  params.tail_arrivals = params.tile_counter + 1;
+  params.partials = workspace.at<float2>(partial_offset);
+  FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, counters * sizeof(int), stream));
 #ifdef FLASHATTN_SM90_TRACE
   params.trace = workspace.at<std::uint64_t>(trace_offset);
   FA_CUDA_CHECK(cudaMemsetAsync(params.trace, 0, trace_count * sizeof(std::uint64_t), stream));

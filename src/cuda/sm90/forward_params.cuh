@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/common/tile_order.cuh"
+#include "cuda/sm90/forward_tail_split.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -42,8 +43,14 @@ struct ForwardParams {
   float logit_scale;    // logit -> natural-log units (for the LSE)
 
   TileOrder order;
-  // Tiles handed out so far beyond each CTA's first (zero at launch): CTAs take the next tile
-  // in this order when they are about to run out of work.
+  // The last partial wave dealt out as units of key blocks (forward_tail_split.cuh); inactive:
+  // every work item is a tile. partials: 2 slots per unit; tail_arrivals: per tail tile and
+  // consumer warpgroup, zero at launch.
+  TailSplit tail;
+  float2* partials;
+  int* tail_arrivals;
+  // Work items handed out so far beyond each CTA's first (zero at launch): CTAs take the next
+  // one in this order when they are about to run out of work.
   int* tile_counter;
   // Development timeline (forward_trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
   std::uint64_t* trace;

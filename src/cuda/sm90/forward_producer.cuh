@@ -1,7 +1,7 @@
 #pragma once
-// The producer warp of the sm90 forward: plans each of the CTA's tiles, hands the plan to the
-// consumers and issues every TMA load. Per tile: the first K block, then Q (into a free Q
-// stage: up to head dim 128 there are two, so the next tile's Q arrives while this one runs;
+// The producer warp of the sm90 forward: plans each of the CTA's tiles (or segments of a tail
+// tile, forward_tail_split.cuh), hands the plan to the consumers and issues every TMA load. Per
+// tile: the first K block, then Q (into a free Q stage: up to head dim 128 there are two, so the next tile's Q arrives while this one runs;
 // above, the one stage is free after the last QK^T, so it arrives while this one ends),
 // then K and V interleaved in the order the consumers use them (K of block j - 1 before V of
 // block j, since QK^T of the next block runs ahead of P.V of the current one).
@@ -47,11 +47,11 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   auto state_k = cutlass::make_producer_start_state<typename Traits::PipelineK>();
   auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
   auto state_tile = cutlass::make_producer_start_state<typename Traits::PipelineTile>();
-  const int num_tiles = p.order.num_tiles();
+  const int num_items = p.tail.num_items();
 
-  // The consumers learn which tile comes next (num_tiles or more: none) and its plan from a slot
-  // of shared memory. The slot is taken before the plan is computed, so that the plan goes to it
-  // as it is made: the 24 registers of head dim 256 hold no more.
+  // The consumers learn which work comes next (num_items or more: none) and its plan from a
+  // slot of shared memory. The slot is taken before the plan is computed, so that the plan goes
+  // to it as it is made: the 24 registers of head dim 256 hold no more.
   auto take_slot = [&]() {
     if (leader) pipeline_tile.producer_acquire(state_tile);
   };
@@ -63,68 +63,66 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
     ++state_tile;
   };
 
-  for (int index = blockIdx.x; index < num_tiles;) {
-    take_slot();
-    const TileWork w = plan_tile(p, index);
-    publish(index, w);
-    // Claimed once this tile's loads are issued, i.e. about two key blocks before the
+  for (int index = blockIdx.x; index < num_items;) {
+    // A work item is a tile, or a unit of the tail: key blocks of one tile or of two.
+    const int segments = work_segments(p, index);
+    for (int s = 0; s < segments; ++s) {
+      take_slot();
+      const TileWork w = plan_work(p, index, s);
+      publish(index, w);
+      if (w.key_blocks.empty()) continue;  // nothing to load: the consumers write zeros
+      const int head = w.coord.head, head_kv = head / p.group;
+      const int batch = p.cu_seqlens_q ? 0 : w.coord.batch;  // varlen: one packed sequence axis
+      Tensor gQ = local_tile(domain_offset(make_coord(w.seq.row_q, _0{}), mQ(_, _, head, batch)),
+                             Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(w.coord.m_block, _0{}));
+      Tensor gK = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mK(_, _, head_kv, batch)),
+                             Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, block)
+      Tensor gV = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mV(_, _, head_kv, batch)),
+                             Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+      Tensor tQgQ = tma_q.partition_S(gQ);
+      Tensor tKgK = group_all_but_last(tma_k.partition_S(gK));  // (TMA, block)
+      Tensor tVgV = group_all_but_last(tma_v.partition_S(gV));
+
+      // L2 policy: K and V are read by every query tile of their head (EVICT_LAST), Q by one
+      // (EVICT_FIRST). At d = 128 n = 1k a call read 14% fewer bytes from DRAM (NOTES.md, run 22).
+      auto load_k = [&](int block) {
+        pipeline_k.producer_acquire(state_k);
+        if (leader)
+          copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state_k), 0, TMA::CacheHintSm90::EVICT_LAST),
+               tKgK(_, block), tKsK(_, state_k.index()));
+        ++state_k;
+      };
+      auto load_v = [&](int block) {
+        pipeline_v.producer_acquire(state_v);
+        if (leader)
+          copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state_v), 0, TMA::CacheHintSm90::EVICT_LAST),
+               tVgV(_, block), tVsV(_, state_v.index()));
+        ++state_v;
+      };
+
+      const int last = w.key_blocks.end - 1;
+      load_k(last);
+      // A Q stage is free once the consumers' last QK^T with the Q it held two tiles ago (one
+      // tile ago above head dim 128) is complete.
+      pipeline_q.producer_acquire(state_q);
+      if (leader)
+        copy(p.tma_q.with(*pipeline_q.producer_get_barrier(state_q), 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ,
+             tQsQ(_, _, _, state_q.index()));
+      ++state_q;
+      for (int block = last - 1; block >= w.key_blocks.begin; --block) {
+        load_k(block);
+        load_v(block + 1);
+      }
+      load_v(w.key_blocks.begin);
+    }
+    // Claimed once this item's loads are issued, i.e. about two key blocks before the
     // consumers finish it: late enough that the claim balances the CTAs' work.
-    auto claim_next = [&]() {
-      int next = 0;
-      if (leader) next = atomicAdd(p.tile_counter, 1) + int(gridDim.x);
-      index = __shfl_sync(0xffffffffu, next, 0);
-    };
-    if (w.key_blocks.empty()) {  // nothing to load: the consumers write zeros
-      claim_next();
-      continue;
-    }
-    const int head = w.coord.head, head_kv = head / p.group;
-    const int batch = p.cu_seqlens_q ? 0 : w.coord.batch;  // varlen: one packed sequence axis
-    Tensor gQ = local_tile(domain_offset(make_coord(w.seq.row_q, _0{}), mQ(_, _, head, batch)),
-                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(w.coord.m_block, _0{}));
-    Tensor gK = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mK(_, _, head_kv, batch)),
-                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, block)
-    Tensor gV = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mV(_, _, head_kv, batch)),
-                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    Tensor tQgQ = tma_q.partition_S(gQ);
-    Tensor tKgK = group_all_but_last(tma_k.partition_S(gK));  // (TMA, block)
-    Tensor tVgV = group_all_but_last(tma_v.partition_S(gV));
-
-    // L2 policy: K and V are read by every query tile of their head (EVICT_LAST), Q by one
-    // (EVICT_FIRST). At d = 128 n = 1k a call read 14% fewer bytes from DRAM (NOTES.md, run 22).
-    auto load_k = [&](int block) {
-      pipeline_k.producer_acquire(state_k);
-      if (leader)
-        copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state_k), 0, TMA::CacheHintSm90::EVICT_LAST),
-             tKgK(_, block), tKsK(_, state_k.index()));
-      ++state_k;
-    };
-    auto load_v = [&](int block) {
-      pipeline_v.producer_acquire(state_v);
-      if (leader)
-        copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state_v), 0, TMA::CacheHintSm90::EVICT_LAST),
-             tVgV(_, block), tVsV(_, state_v.index()));
-      ++state_v;
-    };
-
-    const int last = w.key_blocks.end - 1;
-    load_k(last);
-    // A Q stage is free once the consumers' last QK^T with the Q it held two tiles ago (one
-    // tile ago above head dim 128) is complete.
-    pipeline_q.producer_acquire(state_q);
-    if (leader)
-      copy(p.tma_q.with(*pipeline_q.producer_get_barrier(state_q), 0, TMA::CacheHintSm90::EVICT_FIRST), tQgQ,
-           tQsQ(_, _, _, state_q.index()));
-    ++state_q;
-    for (int block = last - 1; block >= w.key_blocks.begin; --block) {
-      load_k(block);
-      load_v(block + 1);
-    }
-    load_v(w.key_blocks.begin);
-    claim_next();
+    int next = 0;
+    if (leader) next = atomicAdd(p.tile_counter, 1) + int(gridDim.x);
+    index = __shfl_sync(0xffffffffu, next, 0);
   }
   take_slot();
-  publish(num_tiles, TileWork{});
+  publish(num_items, TileWork{});
 }
 
 }  // namespace flashattn::cuda::sm90

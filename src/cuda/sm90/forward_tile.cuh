@@ -41,6 +41,7 @@ struct TileWork {
   int row0;               // first query row of the tile within its sequence
   int rows;               // query rows of the tile inside the sequence (<= 0: none)
   KeyTileRange key_blocks;  // key blocks to visit, last to first; empty: the rows see no key
+  int segment_slot;         // a segment of a split tile: its partial's slot (forward_tail_split.cuh); else -1
 };
 
 // The mask of the tile's rows (valid when rows > 0). Rebuilt where needed rather than carried
@@ -52,8 +53,8 @@ CUTE_DEVICE BlockMask tile_mask(ForwardParams<Traits> const& p, TileWork const& 
 }
 
 // How the producer hands a tile to the consumers (a slot of shared memory per stage of the
-// tile pipeline): its index (num_tiles or more: no tile left) and its plan. The producer plans
-// every tile for its loads anyway; the consumers read the plan instead of redoing its integer
+// tile pipeline): its work item's index (num_items or more: no work left) and its plan. The
+// producer plans every tile for its loads anyway; the consumers read the plan instead of redoing its integer
 // divisions at the start of the tile and again in its epilogue, both on the critical path at
 // every tile boundary (NOTES.md, run 10). A consumer holds the slot until its epilogue is done.
 struct TileSlot {
@@ -70,7 +71,30 @@ CUTE_DEVICE TileWork plan_tile(ForwardParams<Traits> const& p, int index) {
   w.rows = min(Traits::kBlockM, w.seq.len_q - w.row0);
   w.key_blocks = {};
   if (w.rows > 0) w.key_blocks = tile_mask(p, w).tiles(Traits::kBlockN);
+  w.segment_slot = -1;
   return w;
+}
+
+// Work item `index`'s segment s (0, or 1 for a tail unit that runs across a tile boundary):
+// a whole tile, or part of a tail tile's key blocks.
+template <class Traits>
+CUTE_DEVICE TileWork plan_work(ForwardParams<Traits> const& p, int index, int s) {
+  TailSplit const& tail = p.tail;
+  if (!Traits::kTailSplit || index < tail.first_tile) return plan_tile(p, index);
+  const int u = index - tail.first_tile;
+  TileWork w = plan_tile(p, tail.first_tile + tail.segment_tile(u, s));
+  int begin, end;
+  tail.segment_blocks(u, s, begin, end);
+  w.key_blocks = {w.key_blocks.begin + begin, w.key_blocks.begin + end};
+  w.segment_slot = TailSplit::slot(u, s);
+  return w;
+}
+
+// How many segments work item `index` has.
+template <class Traits>
+CUTE_DEVICE int work_segments(ForwardParams<Traits> const& p, int index) {
+  if constexpr (!Traits::kTailSplit) return 1;
+  return index < p.tail.first_tile ? 1 : p.tail.segments(index - p.tail.first_tile);
 }
 
 }  // namespace flashattn::cuda::sm90

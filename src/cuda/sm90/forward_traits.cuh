@@ -74,6 +74,10 @@ struct ForwardTraits {
   static constexpr int kRowsPerWarpGroup = 64;
   static constexpr int kConsumerWarpGroups = kBlockM / kRowsPerWarpGroup;
   static_assert(kBlockM % kRowsPerWarpGroup == 0 && (kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3));
+  // The last partial wave's tiles dealt out as units of key blocks (forward_tail_split.cuh):
+  // where the output has shared memory of its own, and with two consumer warpgroups (with three,
+  // at 160 registers, the merge made ptxas spill 120 bytes, some inside the mainloop).
+  static constexpr bool kTailSplit = !kOutputInKVStages && kConsumerWarpGroups == 2;
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kConsumerRegisters = kConsumerWarpGroups == 3 ? 160 : kHeadDim <= 192 ? 232 : 240;
@@ -147,6 +151,7 @@ struct ForwardTraits {
     typename PipelineV::SharedStorage pipeline_v;
     typename PipelineTile::SharedStorage pipeline_tile;
     TileSlot tile_slot[2];
+    int tail_arrived[kConsumerWarpGroups];  // forward_tail_split.cuh
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
