@@ -198,6 +198,7 @@ TEST(TailSplit, DealsEveryTailBlockOnceInNearlyEqualUnits) {
     ASSERT_TRUE(t.active()) << sh.tiles << " tiles";
     const int rest = int(sh.tiles % sh.ctas);
     EXPECT_EQ(t.first_tile, sh.tiles - rest);
+    EXPECT_EQ(t.tiles(), rest);
     EXPECT_EQ(t.units, std::min(sh.ctas, rest * sh.blocks));
     std::vector<int> owner(size_t(rest) * sh.blocks, -1);  // the slot that computes each block
     int shortest = 1 << 30, longest = 0;

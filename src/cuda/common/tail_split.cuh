@@ -19,6 +19,8 @@ struct TailSplit {
   int tail_blocks = 0; // (tiles - first_tile) * blocks
 
   FA_HOST_DEVICE bool active() const { return units > 0; }
+  // Tiles dealt out (0 when inactive).
+  FA_HOST_DEVICE int tiles() const { return units > 0 ? tail_blocks / blocks : 0; }
   // Work items of the launch: the tiles before the tail, then the units.
   FA_HOST_DEVICE int num_items() const { return first_tile + units; }
   // First key block of unit u, counted over the tail's tiles in order (unit `units`: the end).

@@ -309,13 +309,10 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // tile's segments to finish, with the others' partials merged in (forward_tail_split.cuh).
     bool store = true;
     if constexpr (Traits::kTailSplit) {
-      // The workspace holds partial_chunks<2, kHeadDim / 4> per thread (forward_launch.cuh).
-      static_assert(kRows == 2 && decltype(size<1>(out))::value == Traits::kHeadDim / 4);
       if (slot.work.segment_slot >= 0 && has_rows)
-        store = finish_segment<Traits::kConsumerWarpGroups>(p.tail, p.partials, p.tail_arrivals,
-                                                            smem.tail_arrived[warp_group], slot.work.segment_slot,
-                                                            softmax, out, warp_group, thread % 128,
-                                                            kBarrierEpilogueWarpGroup0 + warp_group);
+        store = finish_segment<Traits::kConsumerWarpGroups, Traits::kHeadDim>(
+            p.tail, p.partials, p.tail_arrivals, smem.tail_arrived[warp_group], slot.work.segment_slot, softmax, out,
+            warp_group, thread % 128, kBarrierEpilogueWarpGroup0 + warp_group);
     }
     if (store) {
       float lse[kRows];

@@ -185,10 +185,10 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   // The tail split's arrival counters follow the tile counter, so one memset zeroes both.
   WorkspacePlan plan;
   const TailSplit& tail = params.tail;
-  const int counters = 1 + (tail.active() ? (tail.tail_blocks / tail.blocks) * Traits::kConsumerWarpGroups : 0);
+  const int counters = 1 + tail.tiles() * Traits::kConsumerWarpGroups;
   const size_t counter_offset = plan.add<int>(counters);
   const size_t partial_offset = plan.add<float2>(
-      size_t(tail.num_slots()) * Traits::kConsumerWarpGroups * 128 * partial_chunks<2, Traits::kHeadDim / 4>());
+      size_t(tail.num_slots()) * Traits::kConsumerWarpGroups * 128 * partial_chunks<Traits::kHeadDim>());
 #ifdef FLASHATTN_SM90_TRACE
   const size_t trace_count = size_t(grid) * kTraceWarpGroups * kTraceRecords;
   const size_t trace_offset = plan.add<std::uint64_t>(trace_count);

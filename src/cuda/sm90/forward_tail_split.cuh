@@ -15,12 +15,12 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Float2 chunks of one warpgroup's partial output in a slot: the thread's output pairs, then
-// (max, sum) of each of its rows. Stored chunk-major, so that a warpgroup's 128 threads write
-// 1 KB at a time.
-template <int kRows, int kCols>
+// Float2 chunks of one thread's partial output in a slot: the output pairs of its two rows
+// (head dim / 4 columns each in a 64-row warpgroup's wgmma accumulator), then (max, sum) of each
+// row. Stored chunk-major, so that a warpgroup's 128 threads write 1 KB at a time.
+template <int kHeadDim>
 constexpr int partial_chunks() {
-  return kRows * kCols / 2 + kRows;
+  return 2 * (kHeadDim / 4) / 2 + 2;
 }
 
 // The end of a segment of a split tile, for one warpgroup (`barrier`: a named barrier of its
@@ -28,14 +28,14 @@ constexpr int partial_chunks() {
 // output, counts its arrival at the tile and, if it is the tile's last segment, merges the
 // others' partials into `out` and `softmax` (the caller then finalizes and stores as for a
 // whole tile). Returns whether this warpgroup stores the tile.
-template <int kWarpGroups, class Softmax, class Out>
+template <int kWarpGroups, int kHeadDim, class Softmax, class Out>
 CUTE_DEVICE bool finish_segment(TailSplit const& tail, float2* partials, int* arrivals, int& arrived, int segment_slot,
                                 Softmax& softmax, Out& out, int warp_group, int lane, uint32_t barrier) {
   using namespace cute;
   constexpr int kRows = decltype(size<0>(out))::value;
   constexpr int kCols = decltype(size<1>(out))::value;
-  constexpr int kChunks = partial_chunks<kRows, kCols>();
-  static_assert(kCols % 2 == 0);
+  constexpr int kChunks = partial_chunks<kHeadDim>();
+  static_assert(kRows == 2 && kCols == kHeadDim / 4, "the layout partial_chunks assumes");
   auto chunks_of = [&](int slot) { return partials + (std::size_t(slot) * kWarpGroups + warp_group) * kChunks * 128 + lane; };
 
   float2* mine = chunks_of(segment_slot);

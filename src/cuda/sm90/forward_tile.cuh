@@ -54,9 +54,10 @@ CUTE_DEVICE BlockMask tile_mask(ForwardParams<Traits> const& p, TileWork const& 
 
 // How the producer hands a tile to the consumers (a slot of shared memory per stage of the
 // tile pipeline): its work item's index (num_items or more: no work left) and its plan. The
-// producer plans every tile for its loads anyway; the consumers read the plan instead of redoing its integer
-// divisions at the start of the tile and again in its epilogue, both on the critical path at
-// every tile boundary (NOTES.md, run 10). A consumer holds the slot until its epilogue is done.
+// producer plans every tile for its loads anyway; the consumers read the plan instead of
+// redoing its integer divisions at the start of the tile and again in its epilogue, both on the
+// critical path at every tile boundary (NOTES.md, run 10). A consumer holds the slot until its
+// epilogue is done.
 struct TileSlot {
   int index;
   TileWork work;
