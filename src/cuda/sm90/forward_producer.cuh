@@ -1,10 +1,11 @@
 #pragma once
 // The producer warp of the sm90 forward: plans each of the CTA's tiles (or segments of a tail
 // tile, forward_tail_split.cuh), hands the plan to the consumers and issues every TMA load. Per
-// tile: the first K block, then Q (into a free Q stage: up to head dim 128 there are two, so the next tile's Q arrives while this one runs;
-// above, the one stage is free after the last QK^T, so it arrives while this one ends),
-// then K and V interleaved in the order the consumers use them (K of block j - 1 before V of
-// block j, since QK^T of the next block runs ahead of P.V of the current one).
+// tile: the first K block, then Q (into a free Q stage: up to head dim 128 there are two, so the
+// next tile's Q arrives while this one runs; above, the one stage is free after the last QK^T,
+// so it arrives while this one ends), then K and V interleaved in the order the consumers use
+// them (K of block j - 1 before V of block j, since QK^T of the next block runs ahead of P.V of
+// the current one).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -85,20 +86,15 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
 
       // L2 policy: K and V are read by every query tile of their head (EVICT_LAST), Q by one
       // (EVICT_FIRST). At d = 128 n = 1k a call read 14% fewer bytes from DRAM (NOTES.md, run 22).
-      auto load_k = [&](int block) {
-        pipeline_k.producer_acquire(state_k);
+      auto load_block = [&](auto& pipeline, auto& state, auto const& tma, auto const& src, auto& dst, int block) {
+        pipeline.producer_acquire(state);
         if (leader)
-          copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state_k), 0, TMA::CacheHintSm90::EVICT_LAST),
-               tKgK(_, block), tKsK(_, state_k.index()));
-        ++state_k;
+          copy(tma.with(*pipeline.producer_get_barrier(state), 0, TMA::CacheHintSm90::EVICT_LAST), src(_, block),
+               dst(_, state.index()));
+        ++state;
       };
-      auto load_v = [&](int block) {
-        pipeline_v.producer_acquire(state_v);
-        if (leader)
-          copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state_v), 0, TMA::CacheHintSm90::EVICT_LAST),
-               tVgV(_, block), tVsV(_, state_v.index()));
-        ++state_v;
-      };
+      auto load_k = [&](int block) { load_block(pipeline_k, state_k, p.tma_k, tKgK, tKsK, block); };
+      auto load_v = [&](int block) { load_block(pipeline_v, state_v, p.tma_v, tVgV, tVsV, block); };
 
       const int last = w.key_blocks.end - 1;
       load_k(last);
