@@ -2,8 +2,9 @@
 
 A cheaper companion of bench/gpu_bench.py: no C++ build beyond the package's own, every timing
 with triton.testing.do_bench (median, L2 flushed), each implementation on its native layout
-(ours (b, n, h, d), SDPA (b, h, n, d)). Training shapes as ../shared/ANCHORS.md (bf16, 16k
-tokens, hidden 2048); FLOPs forward 4*b*h*n*n*d (halved when causal), backward 2.5x forward.
+(ours (b, n, h, d), SDPA (b, h, n, d)). Training shapes as ../shared/ANCHORS.md (16k tokens,
+hidden 2048; bf16, or f16 with --dtype f16); FLOPs forward 4*b*h*n*n*d (halved when causal),
+backward 2.5x forward.
 Decoding: one query, batch 8, 32 query heads over 8 KV heads, d=128, as K+V read bandwidth; ours
 also on the peers' (b, h, n, d) memory.
 Head dims the package was not built with are skipped.
@@ -12,7 +13,7 @@ Every shape is timed in --rounds interleaved rounds (ours, FA2, cuDNN, ours, ...
 reported: the GPU's clocks drift under its power limit, and single back-to-back timings of
 the peers differed by up to 15% between identical runs.
 
-Usage: python side_by_side.py [--dims 64,128] [--rounds 3] [--json PATH]
+Usage: python side_by_side.py [--dims 64,128] [--dtype bf16|f16] [--rounds 3] [--json PATH]
 """
 import argparse
 import datetime
@@ -26,6 +27,7 @@ from triton.testing import do_bench
 
 from flashattn.torch import flash_attn_func
 
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 PEERS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
@@ -59,7 +61,7 @@ def sdpa_timer(backend, run):
     return timer
 
 
-def train_rows(dims, lens, rounds):
+def train_rows(dims, lens, rounds, dtype):
     dev = "cuda"
     for d in dims:
         h = 2048 // d
@@ -69,10 +71,10 @@ def train_rows(dims, lens, rounds):
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 row = {"d": d, "n": n, "b": b, "h": h, "causal": causal, "rounds": rounds}
                 # Ours on (b, n, h, d), SDPA on (b, h, n, d): each on its native layout.
-                q, k, v = (torch.randn(b, n, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                q, k, v = (torch.randn(b, n, h, d, device=dev, dtype=dtype, requires_grad=True)
                            for _ in range(3))
                 do = torch.randn_like(q)
-                qt, kt, vt = (torch.randn(b, h, n, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                qt, kt, vt = (torch.randn(b, h, n, d, device=dev, dtype=dtype, requires_grad=True)
                               for _ in range(3))
                 dot = torch.randn_like(qt)
                 timers = {}
@@ -93,11 +95,11 @@ def train_rows(dims, lens, rounds):
                 yield row
 
 
-def decode_rows(lens, rounds):
+def decode_rows(lens, rounds, dtype):
     for nk in lens:
         row = {"n_k": nk, "rounds": rounds}
-        q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(8, nk, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q = torch.randn(8, 1, 32, 128, device="cuda", dtype=dtype)
+        k, v = (torch.randn(8, nk, 8, 128, device="cuda", dtype=dtype) for _ in range(2))
         kv_bytes = 2 * k.numel() * k.element_size()
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
         # Ours also on the peers' memory: SDPA's (b, h, n, d) tensors viewed as (b, n, h, d). There each
@@ -121,12 +123,13 @@ def main():
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--lens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--decode", default="4096,16384,65536,131072")
+    ap.add_argument("--dtype", choices=DTYPES, default="bf16", help="of Q, K, V and the output")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (median)")
     ap.add_argument("--json")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(),
+            "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "method": "python/benchmarks/side_by_side.py: do_bench medians in one process, "
                                     f"median of {args.rounds} interleaved rounds"}
@@ -136,10 +139,11 @@ def main():
     print(json.dumps(info), flush=True)
     dims = [int(x) for x in args.dims.split(",") if x]
     lens = [int(x) for x in args.lens.split(",") if x]
-    train = list(train_rows(dims, lens, args.rounds))
-    decode = list(decode_rows([int(x) for x in args.decode.split(",")], args.rounds)) if args.decode else []
+    dtype = DTYPES[args.dtype]
+    train = list(train_rows(dims, lens, args.rounds, dtype))
+    decode = list(decode_rows([int(x) for x in args.decode.split(",")], args.rounds, dtype)) if args.decode else []
 
-    print("\nbf16, 16k tokens, hidden 2048: TFLOP/s fwd / bwd, and flashattn / cudnn")
+    print(f"\n{args.dtype}, 16k tokens, hidden 2048: TFLOP/s fwd / bwd, and flashattn / cudnn")
     print(f"{'d':>4} {'n':>6} {'causal':>6} | {'flashattn':>11} | {'fa2':>11} | {'cudnn':>11} | ratio fwd, bwd")
     for r in train:
         if "flashattn" not in r:
