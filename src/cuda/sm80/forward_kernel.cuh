@@ -202,19 +202,19 @@ __global__ void __launch_bounds__(Traits::kThreads)
     for (int k = 0; k < size<2>(tQc); ++k) cp_async_16(&tQsQ(0, m, k), row_ptr + get<1>(tQc(0, m, k)), valid);
   });
   // A thread's pieces of a K/V tile lie at fixed offsets from its first one (rows a fixed step
-  // apart, columns kSmemRowElems apart): one pointer per tile, advanced by rows, with the columns
-  // as constant offsets. Computing every piece's address from its (row, column) cost ~4
-  // instructions a piece at every tile, issued between the barrier and the GEMMs
+  // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
+  // that the copy takes as an immediate. Computing every piece's address from its (row, column)
+  // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
   // (NOTES_forward.md, stop 25).
   const int kv_row0 = get<0>(tKVc(0, 0, 0)), kv_col0 = get<1>(tKVc(0, 0, 0));
   auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, std::int64_t seq_stride, int tile) {
-    const int key0 = tile * kBlockN + kv_row0;
-    const Element* tile_ptr = seq_base + key0 * seq_stride + kv_col0;
+    const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
+    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
     CUTE_UNROLL
     for (int m = 0; m < size<1>(tKVc); ++m) {
       const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
-      const bool valid = key0 + row < blk.seq.len_k;
-      const Element* row_ptr = valid ? tile_ptr + row * seq_stride : seq_base;
+      const bool valid = first_key + row < blk.seq.len_k;
+      const Element* row_ptr = valid ? first_piece + row * seq_stride : seq_base;
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tKVc); ++k)
         cp_async_16(&smem_part(0, m, k), row_ptr + (get<1>(tKVc(0, m, k)) - kv_col0), valid);
