@@ -26,7 +26,7 @@ TEST(Sm90TileChoice, TallTilesAtSmallHeadDimsWhenTheyTakeFewerWaves) {
   EXPECT_EQ(query_block_rows(128, 4096, 1024, kSms), 128);
   EXPECT_EQ(query_block_rows(256, 192, 1024, kSms), 128);
   // 16k tokens, 32 heads: 32 waves of 128-row tiles against 24 of 192-row ones (also causal:
-  // 1152 padded rows against 1024 ran 4% faster, NOTES.md run 25).
+  // 1152 padded rows against 1024 ran 4% faster, docs/log/sm90-forward.md, 2026-11-25).
   EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms), 192);
   EXPECT_EQ(query_block_rows(64, 512, 32 * 32, kSms), 192);  // 16 against 12 waves
   EXPECT_EQ(query_block_rows(64, 16384, 32, kSms), 192);

@@ -297,7 +297,8 @@ int run_bench(DType dt, const std::string& which) {
 
 // The tuning variants' traits: a type of this driver's own, so that its kernels are not the
 // library's instantiations. While this file instantiated the library's decode kernel itself,
-// `check` saw the library's launches of it fail with cudaErrorInvalidValue (stops 9, 16 and 18);
+// `check` saw the library's launches of it fail with cudaErrorInvalidValue (three times on
+// 2026-11-23 and 2026-11-25: docs/log/sm80-forward.md);
 // with its own type they pass. Why (two registered copies of one kernel, the raised
 // shared-memory limit on the other one?) is not established.
 template <int D, int BM, int BN, int W>

@@ -4,10 +4,10 @@
 //
 // A launch without a mask has T tiles of equal length, so its last T mod CTAs tiles run as a
 // partly filled last wave while the other CTAs idle (an H100 spent 2-3% of its cycles so at
-// 16k tokens: sm90 NOTES.md, run 26). Those tiles' key blocks are dealt out instead as `units`
-// work items of nearly equal length, at most one per CTA: a unit is a run of consecutive key
-// blocks of one tile or of two adjacent tiles (a unit is shorter than a tile), so each of those
-// tiles is split into segments.
+// 16k tokens: docs/log/sm90-forward.md, tail split). Those tiles' key blocks are dealt out
+// instead as `units` work items of nearly equal length, at most one per CTA: a unit is a run of
+// consecutive key blocks of one tile or of two adjacent tiles (a unit is shorter than a tile), so
+// each of those tiles is split into segments.
 #include "common/host_device.hpp"
 
 namespace flashattn::cuda {
@@ -52,8 +52,9 @@ struct TailSplit {
   // eligible: every tile the same length (no mask, fixed length) and a kernel that can merge.
   // Deals out the last partial wave when that shortens it by at least 8 key blocks and a
   // quarter of a tile: each segment pays a tile's start and end and its partial's write and
-  // merge. On an H100 at d = 128 (sm90 NOTES.md, run 26) the split lost 2-3% where it saved 3
-  // blocks a unit (n = 1k) and 0.4% where it saved 7 (2k), and gained 1.3-2.9% from 15 (4k-16k).
+  // merge. On an H100 at d = 128 (docs/log/sm90-forward.md, tail split) the split lost 2-3%
+  // where it saved 3 blocks a unit (n = 1k) and 0.4% where it saved 7 (2k), and gained 1.3-2.9%
+  // from 15 (4k-16k).
   static TailSplit make(long long tiles, int ctas, int blocks, bool eligible) {
     TailSplit s;
     s.first_tile = int(tiles);

@@ -86,16 +86,17 @@ struct TileOrder {
     // A section's K/V: an eighth of L2 without a mask. With half of it (6 heads per section at
     // d = 128 n = 8k) a call on an H100 moved 1.8-2.1x the minimal DRAM bytes at d = 128 n = 2k-16k
     // and 1.4-1.6x at 1k, as K and V left L2 between the tiles of a head; with an eighth, close to
-    // the minimum (sm90 NOTES.md, run 22). Masked problems keep half: their sections must hold
-    // enough long and short tiles for the longest-first order to balance the CTAs, and at d = 128
-    // n = 8k causal half of L2 was already at the minimum.
+    // the minimum (docs/log/sm90-forward.md, DRAM traffic). Masked problems keep half: their
+    // sections must hold enough long and short tiles for the longest-first order to balance the
+    // CTAs, and at d = 128 n = 8k causal half of L2 was already at the minimum.
     const long long pairs = (long long)heads * batch;
     const long long budget = l2_bytes / (masked ? 2 : 8);
     long long per_section = kv_bytes_per_head > 0 ? budget / kv_bytes_per_head : pairs;
     if (per_section > pairs) per_section = pairs;
     if (per_section < 1) per_section = 1;  // also with no pairs at all: it divides below
     // The last section: with a mask at least 3 tiles per CTA, so that its longest-first order
-    // ends on short tiles (sm90 NOTES.md, run 24), but no more K/V than all of L2 holds.
+    // ends on short tiles (docs/log/sm90-forward.md, the last section balanced), but no more K/V
+    // than all of L2 holds.
     long long last = per_section;
     if (masked && num_m_blocks > 0) {
       long long balanced = (3LL * (ctas > 0 ? ctas : 1) + num_m_blocks - 1) / num_m_blocks;

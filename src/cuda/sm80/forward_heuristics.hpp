@@ -34,12 +34,12 @@ constexpr TileShape decode_tiles() {
 }
 
 // Prefill at head dim 256 on short query sequences: the decode tile (64 x 64, 4 warps) rather
-// than 128 x 64 with 8 warps. H100, bf16, 16k tokens (NOTES_forward.md, stop 13): at n = 1k the
-// short tile was 10% faster causal and 2.5% without a mask; at n = 4k the tall one was 3% faster
-// without a mask (1% slower causal). Half the rows per CTA and two CTAs per SM (96 KB against
-// 128 KB) balance short and masked work better; long unmasked rows gain more from the tall
-// tile's reuse of each K/V tile. Not measured at d = 192, nor between 1k and 4k, nor with query
-// heads packed into rows (pack > 1), which keep the tall tile.
+// than 128 x 64 with 8 warps. H100, bf16, 16k tokens (docs/log/sm80-forward.md, 2026-11-23): at
+// n = 1k the short tile was 10% faster causal and 2.5% without a mask; at n = 4k the tall one was
+// 3% faster without a mask (1% slower causal). Half the rows per CTA and two CTAs per SM (96 KB
+// against 128 KB) balance short and masked work better; long unmasked rows gain more from the
+// tall tile's reuse of each K/V tile. Not measured at d = 192, nor between 1k and 4k, nor with
+// query heads packed into rows (pack > 1), which keep the tall tile.
 inline bool short_prefill_tiles(int head_dim, int seqlen_q, int pack) {
   return head_dim > 192 && seqlen_q <= 1024 && pack == 1;
 }

@@ -60,7 +60,7 @@ __device__ inline bool locate_block(const ForwardParams& p, int block_m, int blo
     m_block = blockIdx.x;
     b.head_block = blockIdx.y;
     // Integer divisions only where they divide: each is ~25 dependent instructions at the CTA's
-    // start, before its first load (NOTES_forward.md, stop 23).
+    // start, before its first load (docs/log/sm80-forward.md, 2026-11-25: the per-CTA cost).
     b.batch = p.num_splits == 1 ? blockIdx.z : blockIdx.z / p.num_splits;
     b.split = p.num_splits == 1 ? 0 : blockIdx.z % p.num_splits;
   }
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   // Unpacked, the tile's rows are consecutive rows of one head and a thread's rows a fixed step
   // apart: the first row's index is computed once, the others by a multiply-add. Packed rows
   // gather across heads and are located one by one (~35 instructions a row; done for every
-  // launch, that cost 1-4% at n = 1k: NOTES_forward.md, stop 23).
+  // launch, that cost 1-4% at n = 1k: docs/log/sm80-forward.md, 2026-11-25: the per-CTA cost).
   constexpr int kRowStep = Traits::kThreads / Traits::kThreadsPerRow;  // rows between a thread's rows
   static_assert(decltype(size<1>(tQc))::value * kRowStep == kBlockM);
   const int thread_row0 = get<0>(tQc(0, 0, 0));
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
   // that the copy takes as an immediate. Computing every piece's address from its (row, column)
   // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
-  // (NOTES_forward.md, stop 25).
+  // (docs/log/sm80-forward.md, 2026-11-26: K/V tile addresses).
   const int kv_row0 = get<0>(tKVc(0, 0, 0)), kv_col0 = get<1>(tKVc(0, 0, 0));
   auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, std::int64_t seq_stride, int tile) {
     const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile

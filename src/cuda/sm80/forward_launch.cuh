@@ -124,7 +124,7 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
   check_grid("batch", problem.batch, 65535);
   dim3 grid(m_blocks, head_blocks, problem.batch * params.num_splits);
   // Under a mask the query blocks differ in length: a 1D grid in longest-first order keeps the
-  // last CTAs to start short (common/tile_order.cuh; NOTES_forward.md, stop 22).
+  // last CTAs to start short (common/tile_order.cuh; docs/log/sm80-forward.md, 2026-11-25).
   params.order = {};
   if (problem.is_local() && params.num_splits == 1) {
     check_grid("batch * heads * query blocks", ctas, 0x7fffffffLL);

@@ -2,7 +2,8 @@
 // Tuning decisions of the sm90 forward: the key-block width per head dim, the tile height per
 // problem.
 
-// Key-block sizes for head dims 65-128, 192 and 256 (tuning knobs for measurements; see NOTES.md).
+// Key-block sizes for head dims 65-128, 192 and 256 (tuning knobs for measurements; see
+// docs/kernels/sm90-forward.md).
 #ifndef FLASHATTN_SM90_BLOCK_N_HD128
 #define FLASHATTN_SM90_BLOCK_N_HD128 128
 #endif
@@ -29,13 +30,13 @@ constexpr int key_block_cols(int head_dim) {
 }
 
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
-// ran 9-12% faster per row on long sequences (H100, NOTES.md run 7). A warpgroup whose 64 rows
-// all lie past the end of a sequence skips its GEMMs and softmax (run 13), and under a mask each
-// warpgroup visits only the key blocks its own rows see (run 14), so padding costs little: the
-// choice is about waves. A 192-row tile took about 1.25x as long as a 128-row one at n = 1k (run
-// 13); take it when its waves, weighted so, are fewer. Masked problems used to take 192 rows only
-// where they padded at most 4% more rows than 128; since the tile order ends on short tiles (run
-// 24), 192 rows ran 4% faster at n = 1k causal and 9% at 512 (run 25), so the same rule serves
+// ran 9-12% faster per row on long sequences (H100; docs/log/sm90-forward.md has each figure
+// under its date). A warpgroup whose 64 rows all lie past the end of a sequence skips its GEMMs
+// and softmax, and under a mask each warpgroup visits only the key blocks its own rows see, so
+// padding costs little: the choice is about waves. A 192-row tile took about 1.25x as long as a
+// 128-row one at n = 1k; take it when its waves, weighted so, are fewer. Masked problems used to
+// take 192 rows only where they padded at most 4% more rows than 128; since the tile order ends on
+// short tiles, 192 rows ran 4% faster at n = 1k causal and 9% at 512, so the same rule serves
 // both. `heads_x_batch`: query heads times batch.
 inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count) {
   if (head_dim > 64) return 128;

@@ -85,7 +85,8 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
       Tensor tVgV = group_all_but_last(tma_v.partition_S(gV));
 
       // L2 policy: K and V are read by every query tile of their head (EVICT_LAST), Q by one
-      // (EVICT_FIRST). At d = 128 n = 1k a call read 14% fewer bytes from DRAM (NOTES.md, run 22).
+      // (EVICT_FIRST). At d = 128 n = 1k a call read 14% fewer bytes from DRAM
+      // (docs/log/sm90-forward.md, DRAM traffic).
       auto load_block = [&](auto& pipeline, auto& state, auto const& tma, auto const& src, auto& dst, int block) {
         pipeline.producer_acquire(state);
         if (leader)

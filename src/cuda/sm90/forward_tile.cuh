@@ -56,7 +56,8 @@ CUTE_DEVICE BlockMask tile_mask(ForwardParams<Traits> const& p, TileWork const& 
 // tile pipeline): its work item's index (num_items or more: no work left) and its plan. The
 // producer plans every tile for its loads anyway; the consumers read the plan instead of
 // redoing its integer divisions at the start of the tile and again in its epilogue, both on the
-// critical path at every tile boundary (NOTES.md, run 10). A consumer holds the slot until its
+// critical path at every tile boundary (docs/log/sm90-forward.md, 2026-11-23: the tile's plan
+// handed over). A consumer holds the slot until its
 // epilogue is done.
 struct TileSlot {
   int index;

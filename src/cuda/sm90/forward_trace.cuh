@@ -2,11 +2,12 @@
 // Development timeline of the sm90 forward, compiled in only with FLASHATTN_SM90_TRACE: one
 // thread of each consumer warpgroup records (event, SM clock) where a tile starts, where each
 // GEMM turn begins and where each phase of the softmax and epilogue ends. The launch copies the last
-// call's records to the file FLASHATTN_SM90_TRACE_FILE names; bench/sm90_trace.py reads it.
+// call's records to the file FLASHATTN_SM90_TRACE_FILE names; bench/probes/sm90_trace.py reads it.
 // Each warpgroup keeps its first kTraceRecords records. Without the macro a Tracer is empty and
 // every record compiles to nothing. Records perturb what they observe: in a traced build ptxas
 // keeps the P.V wait after the softmax (it hoists it above otherwise) and spills more outside
-// the mainloop, so phases are those of the traced code (NOTES.md, run 9).
+// the mainloop, so phases are those of the traced code (docs/log/sm90-forward.md, 2026-11-23:
+// where the cycles go).
 #include <cute/config.hpp>
 
 #include <cstdint>

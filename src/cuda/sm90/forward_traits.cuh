@@ -68,8 +68,9 @@ struct ForwardTraits {
   // Roles and registers (setmaxnreg). The launch gives every thread 65536 / kThreads rounded
   // down to 8 (168 with two consumer warpgroups, 128 with three); the roles share that pool.
   // Two warpgroups: up to d = 192 the consumers' fragments fit 232, which leaves the producer 40
-  // and no spills anywhere (with 24 the producer spilled, NOTES.md runs 15 and 20); at d = 256
-  // the output fragment needs 240 (with 232 the mainloop spills) and the producer gets 24.
+  // and no spills anywhere (with 24 the producer spilled: docs/log/sm90-forward.md, the register
+  // split and the spills gone); at d = 256 the output fragment needs 240 (with 232 the mainloop
+  // spills) and the producer gets 24.
   // Three: 160 and 32.
   static constexpr int kRowsPerWarpGroup = 64;
   static constexpr int kConsumerWarpGroups = kBlockM / kRowsPerWarpGroup;
@@ -91,8 +92,9 @@ struct ForwardTraits {
   // Q in registers: each warpgroup reads its 64 Q rows from shared memory once per tile
   // (ldmatrix) and every QK^T of the tile takes them from registers, so the key blocks' GEMMs
   // read only K from shared memory; Q's stage is free as soon as the rows are read. Sustained
-  // (at the power cap) d = 128 gained 1.0-1.4% at n = 4k-16k, per call no change (NOTES.md run
-  // 23). Not with three warpgroups, whose 160 registers it overflows (168 bytes of spills at d = 64).
+  // (at the power cap) d = 128 gained 1.0-1.4% at n = 4k-16k, per call no change
+  // (docs/log/sm90-forward.md, Q in registers). Not with three warpgroups, whose 160 registers
+  // it overflows (168 bytes of spills at d = 64).
   static constexpr bool kQueryInRegisters =
       kHeadDim <= FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO && kConsumerWarpGroups == 2;
   using TiledMmaQK = decltype(make_tiled_mma(qk_op_selector<Element, TileShapeQK, kQueryInRegisters>(),

@@ -12,10 +12,10 @@
 // DeferredOnlineSoftmax::step) is the difference, as are steps written out here that leave out
 // the row sum, the row max, or both (exp2 only), to show what each part costs.
 //
-// Build and run on an H100 (a measuring tool for src/cuda/sm90/NOTES.md run 12, not part of the
-// CMake build):
+// Build and run on an H100 (a measuring tool for docs/log/sm90-forward.md, 2026-11-23: the softmax
+// measured outside the kernel; not part of the CMake build):
 //   nvcc -std=c++17 -arch=sm_90a -O3 --use_fast_math --expt-relaxed-constexpr \
-//     -Isrc -I.deps/cutlass/include bench/sm90_softmax_micro.cu -o /tmp/softmax_micro && /tmp/softmax_micro
+//     -Isrc -I.deps/cutlass/include bench/probes/sm90_softmax_micro.cu -o /tmp/softmax_micro && /tmp/softmax_micro
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""How evenly a tile order spreads causal attention tiles over the CTAs: the model behind sm90
-NOTES.md run 24 and the sm80 NOTES_forward.md entry of stop 22. No GPU needed.
+"""How evenly a tile order spreads causal attention tiles over the CTAs: the model behind the tile
+order's predictions (docs/log/sm90-forward.md and docs/log/sm80-forward.md, 2026-11-25).
+No GPU needed.
 
 The CTAs take tiles in index order, each the moment it is free (the sm90 kernel's persistent
 claim; the sm80 grid's dispatch is close to it). A causal tile of query block m costs its key
@@ -8,13 +9,14 @@ blocks times a steady period plus a fixed boundary, scaled by uniform noise. Pri
 the last CTA finishes over an ideal split of the same work, for three layouts of the (batch, head)
 pairs into sections:
   old      sections of the L2 share (or --old-pairs) pairs, the partial one last (the sm90 order
-           before stop 22; --old-pairs 1 gives the sm80 family's old 3D grid);
+           before 9ab7e69; --old-pairs 1 gives the sm80 family's old 3D grid);
   current  the partial section first and a last section of at least 3 tiles per CTA, capped at
            the pairs whose K/V fit L2 (mirrors TileOrder::make in src/cuda/common/tile_order.cuh);
   global   one section (longest first over everything; ignores L2).
 Within a section the longest query blocks come first, then the pairs.
 
-Defaults are the sm90 kernel's on an H100 (132 CTAs, 128-row tiles, the traced periods of run 9);
+Defaults are the sm90 kernel's on an H100 (132 CTAs, 128-row tiles, the traced periods of the
+timeline in docs/log/sm90-forward.md, 2026-11-23);
 for the sm80 family pass e.g. --ctas 264 --period 1 --boundary 2 --block-n 64 --old-pairs 1.
 
 Usage: tile_order_model.py [--ctas N] [--period P] [--boundary B] [--block-n K] d:n [d:n ...]
