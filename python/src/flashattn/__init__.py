@@ -9,7 +9,12 @@ torch.compile).
 Errors: ValueError (a bad value or shape), TypeError (a bad dtype, device or object),
 NotImplementedError (valid, but not built or not implemented), RuntimeError (the backend
 failed); the message names the argument. Nothing is written when one is raised.
+
+C++: the package also holds the library's headers, static library and CMake package;
+:func:`cmake_prefix_path` tells CMake where (``find_package(flashattn)``).
 """
+import os as _os
+
 from ._C import (
     __version__,
     backward,
@@ -20,10 +25,21 @@ from ._C import (
     reference_forward,
 )
 
+
+def cmake_prefix_path() -> str:
+    """The folder to add to ``CMAKE_PREFIX_PATH`` so that CMake's ``find_package(flashattn
+    CONFIG REQUIRED)`` finds the C++ library this package was built with: it holds
+    ``include/flashattn``, the library in ``lib`` and ``lib/cmake/flashattn/flashattnConfig.cmake``.
+    Link ``flashattn::flashattn``.
+    """
+    return _os.path.dirname(_os.path.abspath(__file__))
+
+
 __all__ = [
     "__version__",
     "backward",
     "built_with_cuda",
+    "cmake_prefix_path",
     "cuda_available",
     "forward",
     "reference_backward",
