@@ -4,11 +4,13 @@
 //                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
-//                   [--backward] [--json FILE]
+//                   [--backward] [--json FILE [--plot]]
 //   flashattn info
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -182,9 +184,42 @@ void progress(std::size_t done, std::size_t total, const std::string& what) {
   std::fflush(stderr);
 }
 
+// --plot: the JSON's plot (a PNG beside it) is drawn by Python's matplotlib, through
+// bench/plot.py of the source tree this binary was built from where it is still there (it loads
+// python/src/flashattn/plot.py by path: the Python package need not be installed), else through
+// the installed Python package's `python3 -m flashattn.plot`.
+std::string shell_quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The command that plots, minus the JSON's path; empty (and a message) where python3 with
+// matplotlib (and, without the source tree, the flashattn package) is not there.
+std::string plot_command() {
+  const std::filesystem::path script = std::filesystem::path(__FILE__).parent_path().parent_path() / "bench" / "plot.py";
+  std::error_code ec;
+  const bool in_tree = std::filesystem::is_regular_file(script, ec);
+  const std::string command = in_tree ? "python3 " + shell_quoted(script.string()) : "python3 -m flashattn.plot";
+  const std::string probe = in_tree ? "import matplotlib" : "import matplotlib, flashattn.plot";
+  if (std::system(("python3 -c " + shell_quoted(probe) + " >/dev/null 2>&1").c_str()) == 0) return command;
+  std::fprintf(stderr,
+               "flashattn bench: --plot needs python3 with matplotlib%s (pip install matplotlib, or "
+               "pip install -r python/requirements-test.txt); found none. Run without --plot, and plot the JSON "
+               "later with: python3 bench/plot.py FILE (or python3 -m flashattn.plot FILE)\n",
+               in_tree ? "" : " and the flashattn Python package (this binary's source tree, with bench/plot.py, is gone)");
+  return "";
+}
+
 int bench_command(int argc, char** argv) {
-  Args args(argc, argv, 2, {"quick", "backward"});
-  args.reject_unknown({"backend", "dtype", "quick", "backward", "json", "suite"});
+  Args args(argc, argv, 2, {"quick", "backward", "plot"});
+  args.reject_unknown({"backend", "dtype", "quick", "backward", "json", "suite", "plot"});
+  std::string plotter;
+  if (args.has("plot")) {  // checked before the sweep, which can take long
+    if (!args.has("json")) throw std::invalid_argument("--plot needs --json FILE (the plot is written beside it)");
+    plotter = plot_command();
+    if (plotter.empty()) return 2;
+  }
   const DeviceKind device = parse_backend(args.get("backend", "auto"));
   const DType dtype = parse_dtype(args.get("dtype", device == DeviceKind::cuda ? "bf16" : "f32"));
   const std::string suite = args.get("suite", device == DeviceKind::cuda ? "train" : "cpu");
@@ -234,9 +269,19 @@ int bench_command(int argc, char** argv) {
     }
     out << "  ]\n}\n";
   }
+  int status = 0;
+  if (!plotter.empty()) {
+    const std::string json = args.get("json", "");
+    std::fflush(stdout);  // the table before what the plotter prints
+    if (std::system((plotter + " " + shell_quoted(json)).c_str()) != 0) {
+      std::fprintf(stderr, "flashattn bench: plotting %s failed (the command was: %s %s)\n", json.c_str(),
+                   plotter.c_str(), shell_quoted(json).c_str());
+      status = 1;
+    }
+  }
   for (const Row& r : rows)
     if (!r.ok) return 1;
-  return 0;
+  return status;
 }
 
 int info_command() {
@@ -252,8 +297,13 @@ void usage() {
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"
-               "                       [--quick] [--backward] [--json FILE]\n"
-               "       flashattn info\n");
+               "                       [--quick] [--backward] [--json FILE [--plot]]\n"
+               "       flashattn info\n"
+               "\n"
+               "bench --plot also writes FILE's plot beside it (FILE with .png: TFLOP/s or TB/s against sequence\n"
+               "length, one panel per head dim and mask) with python3 and matplotlib: bench/plot.py of the source\n"
+               "tree this binary was built from, else `python3 -m flashattn.plot` (the installed Python package).\n"
+               "It is checked before the sweep; without python3 and matplotlib, bench --plot stops with a message.\n");
 }
 
 }  // namespace

@@ -8,17 +8,21 @@ backward 2.5x forward.
 Decoding: one query, batch 8, 32 query heads over 8 KV heads, d=128, as K+V read bandwidth; ours
 also on the peers' (b, h, n, d) memory.
 Head dims the package was not built with are skipped.
+--plot draws the JSON (TFLOP/s and TB/s against sequence length, one line per implementation, one
+panel per head dim and mask) into a PNG beside it, through flashattn.plot (needs matplotlib); a
+progress bar (tqdm, where installed) runs on stderr when it is a terminal.
 
 Every shape is timed in --rounds interleaved rounds (ours, FA2, cuDNN, ours, ...), medians
 reported: the GPU's clocks drift under its power limit, and single back-to-back timings of
 the peers differed by up to 15% between identical runs.
 
-Usage: python side_by_side.py [--dims 64,128] [--dtype bf16|f16] [--rounds 3] [--json PATH]
+Usage: python side_by_side.py [--dims 64,128] [--dtype bf16|f16] [--rounds 3] [--json PATH [--plot]]
 """
 import argparse
 import datetime
 import json
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +30,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 from flashattn.torch import flash_attn_func
+
+try:
+    from tqdm import tqdm
+except ImportError:  # the progress bar is optional
+    tqdm = None
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 PEERS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
@@ -61,13 +70,38 @@ def sdpa_timer(backend, run):
     return timer
 
 
-def train_rows(dims, lens, rounds, dtype):
+class Progress:
+    """A tqdm bar over the shapes on stderr, with each row's JSON printed above it, where stderr is
+    a terminal; elsewhere (a log) or without tqdm, the rows printed as they finish are the progress."""
+
+    def __init__(self, total):
+        interactive = tqdm is not None and sys.stderr.isatty()
+        self.bar = tqdm(total=total, unit="shape", file=sys.stderr, dynamic_ncols=True) if interactive else None
+
+    def start(self, what):
+        if self.bar:
+            self.bar.set_description(what)
+
+    def done(self, row):
+        if self.bar:
+            self.bar.write(json.dumps(row), file=sys.stdout)
+            self.bar.update(1)
+        else:
+            print(json.dumps(row), flush=True)
+
+    def close(self):
+        if self.bar:
+            self.bar.close()
+
+
+def train_rows(dims, lens, rounds, dtype, progress):
     dev = "cuda"
     for d in dims:
         h = 2048 // d
         for n in lens:
             b = 16384 // n
             for causal in (False, True):
+                progress.start(f"d={d} n={n}{' causal' if causal else ''}")
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 row = {"d": d, "n": n, "b": b, "h": h, "causal": causal, "rounds": rounds}
                 # Ours on (b, n, h, d), SDPA on (b, h, n, d): each on its native layout.
@@ -91,13 +125,14 @@ def train_rows(dims, lens, rounds, dtype):
                     row[name] = [flops / tf / 1e9, 2.5 * flops / tb / 1e9]
                 del q, k, v, do, qt, kt, vt, dot, timers
                 torch.cuda.empty_cache()
-                print(json.dumps(row), flush=True)
+                progress.done(row)
                 yield row
 
 
-def decode_rows(lens, rounds, dtype):
+def decode_rows(lens, rounds, dtype, progress):
     for nk in lens:
-        row = {"n_k": nk, "rounds": rounds}
+        progress.start(f"decode n_k={nk}")
+        row = {"n_k": nk, "b": 8, "h": 32, "h_kv": 8, "d": 128, "rounds": rounds}
         q = torch.randn(8, 1, 32, 128, device="cuda", dtype=dtype)
         k, v = (torch.randn(8, nk, 8, 128, device="cuda", dtype=dtype) for _ in range(2))
         kv_bytes = 2 * k.numel() * k.element_size()
@@ -114,7 +149,7 @@ def decode_rows(lens, rounds, dtype):
             row[name] = kv_bytes / t / 1e9
         del q, k, v, qt, kt, vt, kh, vh
         torch.cuda.empty_cache()
-        print(json.dumps(row), flush=True)
+        progress.done(row)
         yield row
 
 
@@ -126,7 +161,15 @@ def main():
     ap.add_argument("--dtype", choices=DTYPES, default="bf16", help="of Q, K, V and the output")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (median)")
     ap.add_argument("--json")
+    ap.add_argument("--plot", action="store_true", help="also write the plot beside the JSON (PATH with .png)")
     args = ap.parse_args()
+    if args.plot:
+        if not args.json:
+            ap.error("--plot needs --json PATH (the plot goes beside it)")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            ap.error("--plot needs matplotlib: pip install -r python/requirements-test.txt (or matplotlib)")
     props = torch.cuda.get_device_properties(0)
     info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
@@ -140,8 +183,11 @@ def main():
     dims = [int(x) for x in args.dims.split(",") if x]
     lens = [int(x) for x in args.lens.split(",") if x]
     dtype = DTYPES[args.dtype]
-    train = list(train_rows(dims, lens, args.rounds, dtype))
-    decode = list(decode_rows([int(x) for x in args.decode.split(",")], args.rounds, dtype)) if args.decode else []
+    decode_lens = [int(x) for x in args.decode.split(",") if x]
+    progress = Progress(len(dims) * len(lens) * 2 + len(decode_lens))
+    train = list(train_rows(dims, lens, args.rounds, dtype, progress))
+    decode = list(decode_rows(decode_lens, args.rounds, dtype, progress))
+    progress.close()
 
     print(f"\n{args.dtype}, 16k tokens, hidden 2048: TFLOP/s fwd / bwd, and flashattn / cudnn")
     print(f"{'d':>4} {'n':>6} {'causal':>6} | {'flashattn':>11} | {'fa2':>11} | {'cudnn':>11} | ratio fwd, bwd")
@@ -158,6 +204,10 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"info": info, "train": train, "decode": decode}, f, indent=1)
+    if args.plot:
+        from flashattn.plot import plot_file
+
+        print(f"plot: {plot_file(args.json)}")
 
 
 if __name__ == "__main__":
