@@ -33,9 +33,10 @@ bool forward_built(int head_dim, DType dtype) {
   return instance_built(forced_family(), "forward", dtype, head_dim);
 }
 
-// A backward case runs the forward first; the backward itself is the sm80 family's on every GPU.
+// A backward case runs the forward first, then the backward of the forced family (any family
+// when none is forced: dispatch falls back to sm80 where sm90 has no backward).
 bool backward_built(int head_dim, DType dtype) {
-  return forward_built(head_dim, dtype) && instance_built("sm80", "backward", dtype, head_dim);
+  return forward_built(head_dim, dtype) && instance_built(forced_family(), "backward", dtype, head_dim);
 }
 
 std::string not_built(const char* direction, int head_dim, DType dtype) {

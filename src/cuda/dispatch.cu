@@ -156,7 +156,7 @@ Family choose_family(const detail::Problem& p, const char* direction, int cc, bo
 // packs a GQA group's query heads into one tile and splits the keys over CTAs (flash-decoding);
 // the sm90 kernel has neither. On an H100 (b=8, 32/8 heads, d=128, KV 4k-128k) sm90 read the
 // KV cache at 1.2-1.4 TB/s (bench/results/gpu_2026-11-23_h100_side_by_side.json), sm80 at
-// 1.25-2.99 TB/s in an earlier run (sm80/NOTES_forward.md).
+// 1.25-2.99 TB/s in an earlier run (docs/log/sm80-forward.md).
 constexpr int kDecodeMaxQueryRows = 16;
 
 void forward(const detail::ForwardProblem& p) {
@@ -170,8 +170,10 @@ void forward(const detail::ForwardProblem& p) {
 void backward(const detail::BackwardProblem& p) {
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
-  // The sm80 family's backward serves every GPU until sm90 has its own.
-  if (cc < 80 || !run_instance(Family::sm80, p)) throw_not_built(p, "backward", cc);
+  // Hopper runs the sm90 backward at the head dims it has (sm90/backward_traits.cuh); the
+  // others, and every other GPU, the sm80 family's.
+  const Family family = choose_family(p, "backward", cc, sm90::supports_backward(p), true);
+  if (!run_instance(family, p)) throw_not_built(p, "backward", cc);
 }
 
 bool device_available() noexcept {

@@ -8,4 +8,5 @@
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
 #include "cuda/sm90/api.hpp"
+#include "cuda/sm90/backward_launch.cuh"
 #include "cuda/sm90/forward_launch.cuh"

@@ -1,0 +1,260 @@
+#pragma once
+// The consumer warpgroups of the sm90 backward (backward_traits.cuh has the five GEMMs). Per
+// step (one query head's query block), warpgroup w, which owns 64 of the CTA's keys:
+//   1. S^T = K_w Q^T and dP^T = V_w dO^T, issued back to back;
+//   2. P^T = exp2(S^T * scale log2(e) - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
+//      masked where some (query, key) pair of the block is not visible;
+//   3. dS^T to shared memory; dV_w += P^T dO with P^T from registers;
+//   4. once both warpgroups have written dS: dQ[:, half w] = dS K[:, half w] and
+//      dK_w += dS^T Q (dS^T from registers);
+//   5. dQ to its staging buffer for the dQ writer warp (backward_producer.cuh), then the Q and dO
+//      stages are released.
+// After the last step dK (times the softmax scale) and dV go to global memory.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_conversion.h>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/sm90/backward_params.cuh"
+#include "cuda/sm90/backward_tile.cuh"
+#include "cuda/sm90/gmma_fragment.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// tanh to a few float ulps (tanh.approx, which --use_fast_math makes of tanhf, is too coarse for
+// fp16 gradients through a softcap). Saturates cleanly to +-1.
+CUTE_DEVICE float backward_tanh(float x) {
+  const float e2x = __expf(fminf(2.0f * x, 80.0f));
+  return 1.0f - __fdividef(2.0f, e2x + 1.0f);
+}
+
+// fp32 fragment -> the same registers' order in Element.
+template <class Element, class Fragment>
+CUTE_DEVICE auto convert_fragment(Fragment const& f) {
+  constexpr int kSize = decltype(cute::size(f))::value;
+  auto out = cute::make_tensor<Element>(f.layout());
+  cutlass::NumericArrayConverter<Element, float, kSize> convert;
+  *reinterpret_cast<cutlass::Array<Element, kSize>*>(out.data()) =
+      convert(*reinterpret_cast<cutlass::Array<float, kSize> const*>(f.data()));
+  return out;
+}
+
+// The element-wise middle of a step, on a thread's share of S^T and dP^T (rows: keys, columns:
+// queries; row-column views), in two halves so that the first runs while dP^T is computed.
+// P^T = exp2(x * log2(e) - LSE * log2(e)) with x = S * scale, or softcap * tanh(S * scale / softcap);
+// 0 where `visible(r, c)` says the pair is masked (kMasked: some pair of the step may be).
+// dtanh: softcap only, 1 - tanh^2 per element for the second half.
+template <bool kMasked, bool kSoftcap, class Traits, class S, class LseOf, class Visible, class Dtanh>
+CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf lse_of, Visible visible, Dtanh& dtanh) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(s); ++c) {
+    const float lse = lse_of(c);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s); ++r) {
+      float prob;
+      if constexpr (kSoftcap) {
+        const float t = backward_tanh(s(r, c) * p.softcap_inner);
+        prob = exp2f(fmaf(t, p.softcap_outer_log2, -lse));
+        dtanh(r, c) = 1.0f - t * t;
+      } else {
+        prob = exp2f(fmaf(s(r, c), p.scale_log2, -lse));
+      }
+      if constexpr (kMasked) {
+        if (!visible(r, c)) prob = 0.0f;
+      }
+      s(r, c) = prob;
+    }
+  }
+}
+
+// dS^T = P^T (dP^T - D) [* (1 - tanh^2)], in place of dP^T. kMasked: the step has query rows past
+// the sequence's end, whose D is whatever the workspace holds there (NaN, say): where P^T is 0,
+// dS^T is set to 0 rather than computed.
+template <bool kMasked, bool kSoftcap, class S, class DP, class DeltaOf, class Dtanh>
+CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh const& dtanh) {
+  using namespace cute;
+  CUTE_UNROLL
+  for (int c = 0; c < size<1>(s); ++c) {
+    const float delta = delta_of(c);
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(s); ++r) {
+      float ds = s(r, c) * (dp(r, c) - delta);
+      if constexpr (kSoftcap) ds *= dtanh(r, c);
+      if constexpr (kMasked) ds = s(r, c) == 0.0f ? 0.0f : ds;
+      dp(r, c) = ds;
+    }
+  }
+}
+
+// One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
+// so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
+template <class Traits, bool kSoftcap>
+CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                                       BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
+                                       typename Traits::PipelinedO& pipeline_do,
+                                       typename Traits::PipelineQ::PipelineState& state, int& kv_tiles, int thread,
+                                       int warp_group) {
+  using namespace cute;
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kKeys = Traits::kKeysPerWarpGroup, kStages = Traits::kStages;
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});     // (M, D, stage)
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});   // (D, M, stage)
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutdO{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});     // (N, D)
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});   // (D, N)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdS{});    // (M, N, stage)
+  Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutdSt{});  // (N, M, stage)
+  Tensor sLSE = make_tensor(make_smem_ptr(smem.lse.data()), typename Traits::SmemLayoutRowStats{});  // (M, stage)
+  Tensor sD = make_tensor(make_smem_ptr(smem.delta.data()), typename Traits::SmemLayoutRowStats{});
+  // This warpgroup's keys, its part of dS^T, and the columns of dQ it computes.
+  Tensor sKw = local_tile(sK, Shape<Int<kKeys>, Int<kHeadDim>>{}, make_coord(warp_group, _0{}));
+  Tensor sVw = local_tile(sV, Shape<Int<kKeys>, Int<kHeadDim>>{}, make_coord(warp_group, _0{}));
+  Tensor sdStw = local_tile(sdSt, Shape<Int<kKeys>, Int<kBlockM>, Int<kStages>>{}, make_coord(warp_group, _0{}, _0{}));
+  Tensor sKtw = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(warp_group, _0{}));
+
+  typename Traits::MmaSdP mma_sdp;
+  typename Traits::MmadKV mma_dkv;
+  typename Traits::MmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(thread);
+  auto thr_dkv = mma_dkv.get_thread_slice(thread);
+  auto thr_dq = mma_dq.get_thread_slice(thread);
+  Tensor tSrK = thr_sdp.partition_fragment_A(sKw);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (.., stage)
+  Tensor tdPrV = thr_sdp.partition_fragment_A(sVw);
+  Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (.., stage)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (.., stage)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (.., stage)
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (.., stage)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKtw);
+
+  auto store_ds = make_tiled_copy_C(typename Traits::StoredS{}, mma_sdp);
+  auto thr_store_ds = store_ds.get_thread_slice(thread);
+  Tensor tdSsdS = thr_store_ds.partition_D(sdStw);  // (.., stage)
+
+  // (key, query) within this warpgroup's part of the step, per element of the row-column view.
+  Tensor coords = gmma_rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kBlockM>>{})));
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kKeys>, Int<kHeadDim>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kKeys>, Int<kHeadDim>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  const int key0 = t.key0 + warp_group * kKeys;  // this warpgroup's first key
+  const int stats_skip = int(t.seq.dense_q & 3);  // rows before a step's first in its statistics stage
+  // The mask as bounds on key - query (unbounded sides far outside any difference).
+  const int shift = t.seq.len_k - t.seq.len_q, key_end = t.seq.len_k - key0;
+  const int lowest_diff = p.window_left >= 0 ? shift - p.window_left : -(1 << 30);
+  const int highest_diff = p.window_right >= 0 ? shift + p.window_right : (1 << 30);
+  if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
+
+  // One step. kMasked: some (query, key) pair of the step is not visible to the other.
+  auto run_step = [&](BackwardTile::Step step, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int stage = state.index();
+    const int row0 = step.m_block * kBlockM;
+
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kKeys>, Int<kBlockM>>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kKeys>, Int<kBlockM>>{});
+    pipeline_q.consumer_wait(state);
+    warpgroup_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
+    pipeline_do.consumer_wait(state);
+    warpgroup_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), acc_dp);
+
+    Tensor s = gmma_rowcol(acc_s);
+    Tensor dp = gmma_rowcol(acc_dp);
+    auto lse_of = [&](int c) { return sLSE(stats_skip + get<1>(coords(0, c)), stage); };
+    auto delta_of = [&](int c) { return sD(stats_skip + get<1>(coords(0, c)), stage); };
+    // (common/mask.hpp) query i sees key j iff j < len_k and shift - window_left <= j - i <=
+    // shift + window_right, each bound where its window is set; here in tile-local indices.
+    auto visible = [&, query_end = t.seq.len_q - row0, lowest = lowest_diff + row0 - key0,
+                    highest = highest_diff + row0 - key0](int r, int c) {
+      const int query = get<1>(coords(r, c)), key = get<0>(coords(r, c)), diff = key - query;
+      return query < query_end && key < key_end && diff >= lowest && diff <= highest;
+    };
+    auto dtanh = [&] {  // registers only where softcap needs them
+      if constexpr (kSoftcap) return make_tensor<float>(s.layout());
+      else return 0;
+    }();
+    warpgroup_wait<1>();  // S^T done; dP^T may still run
+    to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+    warpgroup_wait<0>();
+    to_score_gradients<kMasked, kSoftcap>(s, dp, delta_of, dtanh);
+
+    Tensor p_t = convert_fragment<Element>(acc_s);    // P^T
+    Tensor ds_t = convert_fragment<Element>(acc_dp);  // dS^T
+    copy(store_ds, thr_store_ds.retile_S(ds_t), tdSsdS(_, _, _, stage));
+    Tensor tdVrP = make_tensor(p_t.data(), gmma_accumulator_as_a_layout(p_t.layout()));
+    warpgroup_gemm<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
+    cutlass::arch::fence_view_async_shared();  // dS written by ordinary stores, read by wgmma
+    NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsWritten);
+
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
+    Tensor tdQrdS_stage = tdQrdS(_, _, _, stage);
+    warpgroup_gemm<true>(mma_dq, tdQrdS_stage, tdQrKt, acc_dq);
+    Tensor tdKrdS = make_tensor(ds_t.data(), gmma_accumulator_as_a_layout(ds_t.layout()));
+    warpgroup_gemm<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+    warpgroup_wait<1>();  // dV and dQ done: dO is free
+    pipeline_do.consumer_release(state);
+
+    // dQ to the staging buffer, once the writer has read the previous step's.
+    NamedBarrier::sync(128 + 32, kBarrierDqEmpty0 + warp_group);
+    float4* staged = reinterpret_cast<float4*>(smem.dq.data() + warp_group * Traits::kDqElems);
+    constexpr int kVectors = decltype(size(acc_dq))::value / 4;
+    CUTE_UNROLL
+    for (int i = 0; i < kVectors; ++i)
+      staged[i * 128 + thread] = make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3));
+    cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
+    NamedBarrier::arrive(128 + 32, kBarrierDqFull0 + warp_group);
+
+    warpgroup_wait<0>();  // dK done: Q is free
+    pipeline_q.consumer_release(state);
+    ++state;
+  };
+
+  for (int i = 0; i < t.steps; ++i) {
+    const BackwardTile::Step step = t.step(i);
+    const BlockMask mask = query_block_mask(t, p.window_left, p.window_right, step.m_block, kBlockM);
+    const bool full_rows = (step.m_block + 1) * kBlockM <= t.seq.len_q;
+    if (full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
+      run_step(step, cute::false_type{});
+    else
+      run_step(step, cute::true_type{});
+  }
+
+  if (t.steps > 0) {  // K and V are read: the producer may load the next tile's
+    cutlass::arch::ClusterBarrier::arrive(&smem.kv_free);
+    ++kv_tiles;
+  }
+
+  // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO, for the keys inside the sequence; fp32
+  // partials when the query heads of the KV head are split over several CTAs.
+  Tensor out_coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kHeadDim>>{}));
+  auto store = [&](auto const& acc, detail::SeqTensor const& out, float* partial, float scale) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {  // fragment pairs are adjacent columns of one row
+      const int key = key0 + get<0>(out_coords(i)), col = get<1>(out_coords(i));
+      if (key >= t.seq.len_k) continue;
+      if (partial == nullptr) {
+        Element* dst = static_cast<Element*>(out.data) + t.batch * out.batch_stride +
+                       (t.seq.row_k + key) * out.seq_stride + std::int64_t(t.kv_head) * out.head_stride + col;
+        cutlass::Array<Element, 2> pair;
+        pair[0] = Element(acc(i) * scale);
+        pair[1] = Element(acc(i + 1) * scale);
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(dst) = pair;
+      } else {
+        float* dst = partial + ((t.split * p.dense_rows_k + t.seq.dense_k + key) * p.heads_kv + t.kv_head) * kHeadDim + col;
+        *reinterpret_cast<float2*>(dst) = make_float2(acc(i) * scale, acc(i + 1) * scale);
+      }
+    }
+  };
+  store(acc_dk, p.dk, p.dk_partial, p.scale);
+  store(acc_dv, p.dv, p.dv_partial, 1.0f);
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,164 @@
+#pragma once
+// The producer warpgroup of the sm90 backward: its warp 0 issues every TMA load (the CTA's K and
+// V once, then per step Q with its LSE rows and dO with its D rows, each into the next free stage
+// of its pipeline); its warp 1 adds each step's dQ, which the consumer warpgroups stage in shared
+// memory, into the fp32 accumulator in global memory with one bulk reduce-add per warpgroup. In
+// deterministic mode it adds in key-block order: it waits until the CTAs of the key blocks before
+// its own have added theirs to the block (a counter per query head and dQ block).
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "cuda/sm90/backward_params.cuh"
+#include "cuda/sm90/backward_tile.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// One tile's loads. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded
+// K and V so far. Both carry over to the CTA's next tile, whose K and V load as soon as the
+// consumers are done reading this tile's, while they still store its dK and dV.
+template <class Traits>
+CUTE_DEVICE void run_backward_loads(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                                    BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
+                                    typename Traits::PipelinedO& pipeline_do,
+                                    typename Traits::PipelineQ::PipelineState& state, int& kv_tiles, bool leader) {
+  using namespace cute;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  if (t.steps == 0) return;
+
+  Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+  Tensor mdO = p.tma_dout.get_tma_tensor(p.shape_q);
+  Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  Tensor mLSE = p.tma_lse.get_tma_tensor(p.shape_stats);
+  Tensor mD = p.tma_delta.get_tma_tensor(p.shape_stats);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutdO{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+  Tensor sLSE = make_tensor(make_smem_ptr(smem.lse.data()), typename Traits::SmemLayoutRowStats{});
+  Tensor sD = make_tensor(make_smem_ptr(smem.delta.data()), typename Traits::SmemLayoutRowStats{});
+  auto tma_q = p.tma_q.get_slice(_0{});
+  auto tma_do = p.tma_dout.get_slice(_0{});
+  auto tma_k = p.tma_k.get_slice(_0{});
+  auto tma_v = p.tma_v.get_slice(_0{});
+  auto tma_lse = p.tma_lse.get_slice(_0{});
+  auto tma_d = p.tma_delta.get_slice(_0{});
+
+  const int batch = p.cu_seqlens_q ? 0 : t.batch;  // varlen: one packed sequence axis
+  const int row_q = int(t.seq.row_q), row_k = int(t.seq.row_k), dense_q = int(t.seq.dense_q);
+  if (kv_tiles > 0) cutlass::arch::ClusterBarrier::wait(&smem.kv_free, (kv_tiles - 1) & 1);
+  ++kv_tiles;
+  if (leader) {
+    Tensor gK = local_tile(domain_offset(make_coord(row_k, _0{}), mK(_, _, t.kv_head, batch)),
+                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(t.n_block, _0{}));
+    Tensor gV = local_tile(domain_offset(make_coord(row_k, _0{}), mV(_, _, t.kv_head, batch)),
+                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(t.n_block, _0{}));
+    auto& kv_loaded = *reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType*>(&smem.kv_loaded);
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_loaded, Traits::kKeyValueBytes);
+    copy(p.tma_k.with(kv_loaded, 0, TMA::CacheHintSm90::EVICT_FIRST), tma_k.partition_S(gK), tma_k.partition_D(sK));
+    copy(p.tma_v.with(kv_loaded, 0, TMA::CacheHintSm90::EVICT_FIRST), tma_v.partition_S(gV), tma_v.partition_D(sV));
+  }
+
+  // The row statistics of a step: from the 4-row boundary at or before its first row
+  // (backward_traits.cuh).
+  auto stats_row = [&](BackwardTile::Step step) { return (dense_q + step.m_block * kBlockM) & ~3; };
+  // Q and dO of a head are read by every key block's CTA: keep them in L2.
+  for (int s = 0; s < t.steps; ++s) {
+    const BackwardTile::Step step = t.step(s);
+    pipeline_q.producer_acquire(state);
+    if (leader) {
+      Tensor gQ = local_tile(domain_offset(make_coord(row_q, _0{}), mQ(_, _, step.head, batch)),
+                             Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(step.m_block, _0{}));
+      Tensor gLSE = local_tile(domain_offset(make_coord(stats_row(step)), mLSE(_, step.head)),
+                               Shape<Int<Traits::kStatRows>>{}, make_coord(0));
+      auto& full = *pipeline_q.producer_get_barrier(state);
+      copy(p.tma_q.with(full, 0, TMA::CacheHintSm90::EVICT_LAST), tma_q.partition_S(gQ),
+           tma_q.partition_D(sQ(_, _, state.index())));
+      copy(p.tma_lse.with(full, 0, TMA::CacheHintSm90::EVICT_LAST), tma_lse.partition_S(gLSE),
+           tma_lse.partition_D(sLSE(_, state.index())));
+    }
+    pipeline_do.producer_acquire(state);
+    if (leader) {
+      Tensor gdO = local_tile(domain_offset(make_coord(row_q, _0{}), mdO(_, _, step.head, batch)),
+                              Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(step.m_block, _0{}));
+      Tensor gD = local_tile(domain_offset(make_coord(stats_row(step)), mD(_, step.head)),
+                             Shape<Int<Traits::kStatRows>>{}, make_coord(0));
+      auto& full = *pipeline_do.producer_get_barrier(state);
+      copy(p.tma_dout.with(full, 0, TMA::CacheHintSm90::EVICT_LAST), tma_do.partition_S(gdO),
+           tma_do.partition_D(sdO(_, _, state.index())));
+      copy(p.tma_delta.with(full, 0, TMA::CacheHintSm90::EVICT_LAST), tma_d.partition_S(gD),
+           tma_d.partition_D(sD(_, state.index())));
+    }
+    ++state;
+  }
+}
+
+// cp.reduce.async.bulk: adds `bytes` of fp32 from shared memory into global memory (at L2),
+// completing in the thread's bulk async-group.
+CUTE_DEVICE void bulk_reduce_add(float* dst, float const* src, uint32_t bytes) {
+  const uint32_t src_addr = cute::cast_smem_ptr_to_uint(src);
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src_addr), "r"(bytes)
+               : "memory");
+}
+
+// Deterministic mode: waits until `*counter == expected` (acquire). A wrong expectation would
+// hang the GPU; a bounded wait turns that into a launch error instead.
+CUTE_DEVICE void wait_for_turn(int const* counter, int expected) {
+  int value, spins = 0;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+    if (value == expected) break;
+    if (++spins > (1 << 26)) __trap();
+    __nanosleep(64);
+  }
+  // Order this thread's coming bulk reduce-adds (async proxy) after the acquire.
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// Deterministic mode: waits until this thread's bulk reduce-adds are complete in global memory,
+// then lets the next key block's CTA add its share.
+CUTE_DEVICE void pass_turn(int* counter) {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  __threadfence();
+  atomicAdd(counter, 1);
+}
+
+template <class Traits>
+CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                               BackwardTile const& t, int lane) {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
+  constexpr uint32_t kBytes = Traits::kDqElems * sizeof(float);
+  constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
+  const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
+  for (int s = 0; s < t.steps; ++s) {
+    const BackwardTile::Step step = t.step(s);
+    const std::int64_t block = first_block + step.m_block;
+    float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, block);
+    if (lane == 0) cute::tma_store_wait<0>();  // the previous step's adds have read the staging
+    __syncwarp();
+#pragma unroll
+    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
+    int* counter = nullptr;
+    if (p.dq_semaphore != nullptr) {
+      counter = p.dq_semaphore + std::int64_t(step.head) * p.dq_layout.blocks_per_head + block;
+      const KeyTileRange adders =
+          query_block_mask(t, p.window_left, p.window_right, step.m_block, Traits::kBlockM).tiles(Traits::kBlockN);
+      if (lane == 0) wait_for_turn(counter, t.n_block - adders.begin);
+    }
+#pragma unroll
+    for (int w = 0; w < kWarpGroups; ++w) {
+      NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
+      if (lane == 0) bulk_reduce_add(dst + w * Traits::kDqElems, smem.dq.data() + w * Traits::kDqElems, kBytes);
+    }
+    if (lane == 0) {
+      cute::tma_store_arrive();  // commits the step's adds as one group
+      if (counter != nullptr) pass_turn(counter);
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,72 @@
+#pragma once
+// What one tile of the sm90 backward covers: a block of keys of one KV head (or of a chunk of its
+// query heads, under GQA) and the steps it walks, one (query head, query block) each, query
+// blocks innermost. The CTAs are persistent and claim tiles in a fixed order; every role of a CTA
+// computes the tile from the index its producer claimed, so the producer, the dQ writer and the
+// consumers agree on the steps.
+#include <cute/config.hpp>
+
+#include "cuda/common/mask_tiles.cuh"
+#include "cuda/common/sequence_rows.cuh"
+#include "cuda/sm90/backward_params.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// Named barriers of the backward (hardware ids above those CUTLASS reserves).
+enum BackwardBarrier : uint32_t {
+  kBarrierDsWritten = 0,  // both consumer warpgroups have written their part of dS
+  kBarrierDqFull0 = 1,    // consumer warpgroup w has staged its dQ: kBarrierDqFull0 + w
+  kBarrierDqEmpty0 = 3,   // the dQ writer has read warpgroup w's staging: kBarrierDqEmpty0 + w
+};
+
+struct BackwardTile {
+  int n_block, kv_head, split, batch;  // split: the chunk of the KV head's query heads
+  SequenceRows seq;
+  int key0, valid_keys;  // first key; keys of the block inside the sequence (<= 0: none)
+  int head_first;        // first query head of this CTA's chunk
+  int m_first, m_count;  // the query blocks that see the keys
+  int steps;             // m_count per query head of the chunk
+
+  struct Step {
+    int head, m_block;
+  };
+  CUTE_DEVICE Step step(int s) const { return {head_first + s / m_count, m_first + s % m_count}; }
+};
+
+// Tile `index` of the CTAs' order: key blocks fastest, then (KV head, chunk), then sequences. The
+// CTAs of one head run close together and share its Q and dO through L2; under a causal mask a
+// head's longest tiles (its first key blocks) come first.
+template <class Traits>
+CUTE_DEVICE BackwardTile backward_tile(BackwardParams<Traits> const& p, int index) {
+  BackwardTile t;
+  const int columns = p.heads_kv * p.head_splits;
+  t.n_block = index % p.n_blocks;
+  const int column = index / p.n_blocks % columns;
+  t.kv_head = column / p.head_splits;
+  t.split = column % p.head_splits;
+  t.batch = index / p.n_blocks / columns;
+  const int split = t.split;
+  t.seq = sequence_rows(t.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
+  t.key0 = t.n_block * Traits::kBlockN;
+  t.valid_keys = t.seq.len_k - t.key0;
+  const int group = p.heads_q / p.heads_kv, heads_per_split = group / p.head_splits;
+  t.head_first = t.kv_head * group + split * heads_per_split;
+  t.m_first = t.m_count = t.steps = 0;
+  if (t.valid_keys <= 0) return t;
+  const QueryRows rows = rows_seeing_keys(t.seq.len_q, t.seq.len_k, p.window_left, p.window_right, t.key0,
+                                          min(t.key0 + Traits::kBlockN, t.seq.len_k));
+  if (rows.empty()) return t;
+  t.m_first = rows.begin / Traits::kBlockM;
+  t.m_count = (rows.end + Traits::kBlockM - 1) / Traits::kBlockM - t.m_first;
+  t.steps = t.m_count * heads_per_split;
+  return t;
+}
+
+// The mask of query block m_block's rows (those inside the sequence).
+CUTE_DEVICE BlockMask query_block_mask(BackwardTile const& t, int window_left, int window_right, int m_block,
+                                       int block_m) {
+  const int row0 = m_block * block_m;
+  return {t.seq.len_q, t.seq.len_k, window_left, window_right, row0, min(row0 + block_m, t.seq.len_q) - 1};
+}
+
+}  // namespace flashattn::cuda::sm90

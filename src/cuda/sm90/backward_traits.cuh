@@ -1,0 +1,149 @@
+#pragma once
+// Compile-time shape of the sm90 backward for one (dtype, head dim): tiles, warpgroup roles,
+// the five wgmma GEMMs, shared-memory layouts and the TMA copies.
+//
+// One CTA owns kBlockN = 128 keys of one KV head and walks the query blocks (kBlockM rows) that
+// see them. Warpgroup 0 is the producer: warp 0 issues every TMA load, warp 1 adds each step's
+// dQ into the fp32 accumulator in global memory (bulk reduce-add). Two consumer warpgroups each
+// own 64 of the keys and compute, per query block,
+//   S^T  = K_w Q^T      dP^T = V_w dO^T          (SS: both operands in shared memory)
+//   P^T, dS^T from S^T, dP^T, LSE and D           (registers)
+//   dV_w += P^T dO      dK_w += dS^T Q             (RS: P^T, dS^T straight from registers)
+//   dQ[:, half w] = dS K[:, half w]               (SS: dS through shared memory, both halves)
+// Computing S transposed puts P^T and dS^T in the registers where the dV and dK GEMMs want their
+// A operand, so neither goes through shared memory; only dS does, once, for dQ.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "cuda/sm90/forward_traits.cuh"  // smem_layout_atom
+
+namespace flashattn::cuda::sm90 {
+
+using namespace cute;
+
+// Head dims with an sm90 backward: the keys' dK/dV accumulators (64 keys x head dim, twice) stay
+// in a consumer's registers up to 128; larger head dims run the sm80 family.
+constexpr bool backward_head_dim_supported(int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128;
+}
+
+template <class Element_, int kHeadDim_>
+struct BackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(backward_head_dim_supported(kHeadDim));
+
+  static constexpr int kBlockN = 128;  // keys per CTA
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kKeysPerWarpGroup = 64;
+  static constexpr int kConsumerWarpGroups = kBlockN / kKeysPerWarpGroup;
+  static constexpr int kDqCols = kHeadDim / kConsumerWarpGroups;  // dQ columns per warpgroup
+  static constexpr int kStages = 2;                                 // Q (with LSE), dO (with D), dS
+  static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
+  static constexpr int kThreads = kConsumerThreads + 128;
+  // setmaxnreg: 65536 / 384 threads gives 168 each at launch; the two producer warps need few.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert((kProducerRegisters + kConsumerWarpGroups * kConsumerRegisters) * 128 <= 65536 / kThreads / 8 * 8 * kThreads,
+                "setmaxnreg asks for more registers than the launch gives the CTA");
+
+  // The GEMMs, each for one warpgroup.
+  using TileShapeSdP = Shape<Int<kKeysPerWarpGroup>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T
+  using TileShapedKV = Shape<Int<kKeysPerWarpGroup>, Int<kHeadDim>, Int<kBlockM>>;  // dK, dV
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;              // dQ half
+  using MmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileShapeSdP>()));
+  using MmadKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TileShapedKV, GMMA::Major::K, GMMA::Major::MN>()));
+  using MmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, TileShapedQ, GMMA::Major::MN, GMMA::Major::MN>()));
+  static_assert(decltype(size<1>(typename MmaSdP::AtomShape_MNK{}))::value == kBlockM);
+  static_assert(decltype(size<1>(typename MmadKV::AtomShape_MNK{}))::value == kHeadDim);
+  static_assert(decltype(size<1>(typename MmadQ::AtomShape_MNK{}))::value == kDqCols);
+
+  // Shared memory. Q, dO, K and V are stored as in global memory (head dim contiguous). Q and dO
+  // serve as K-major B operands (S^T, dP^T) and, viewed transposed, as MN-major B operands (dK,
+  // dV); K as a K-major A operand (S^T) and, transposed, as the MN-major B of the dQ GEMMs, whose
+  // halves of the head dim must each start on a swizzle atom: hence K's atom follows kDqCols.
+  using LayoutAtomQ = decltype(smem_layout_atom<Element, kHeadDim, GMMA::Major::K>());
+  using SmemLayoutQ = decltype(tile_to_shape(LayoutAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutdO = SmemLayoutQ;
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+                                 Stride<Int<kBlockM>, _1, Int<kBlockM * kHeadDim>>{})));
+  using SmemLayoutK = decltype(tile_to_shape(smem_layout_atom<Element, kDqCols, GMMA::Major::K>(),
+                                             Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+  using SmemLayoutV = decltype(tile_to_shape(LayoutAtomQ{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // dS, (query, key) with the queries contiguous: the consumers write dS^T from their S^T
+  // fragment with 16-byte rows along the queries (stmatrix), and the dQ GEMM reads dS as an
+  // MN-major A operand.
+  using SmemLayoutdS = decltype(tile_to_shape(smem_layout_atom<Element, kBlockM, GMMA::Major::MN>(),
+                                              Shape<Int<kBlockM>, Int<kBlockN>, Int<kStages>>{}));
+  using SmemLayoutdSt = decltype(composition(
+      SmemLayoutdS{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kStages>>{},
+                                  Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
+  using StoredS = Copy_Atom<SM90_U32x4_STSM_N, Element>;
+  // Per query block: LSE * log2(e) and D = rowsum(dO * O), fp32. TMA starts a box only on a
+  // 16-byte boundary of its innermost dimension, and a query block's first row is one only when
+  // its sequence's is: each stage holds kStatRows rows from the 4-row boundary at or before the
+  // block's first row (the block's rows start (first row mod 4) rows in), stages 512 bytes apart.
+  static constexpr int kStatRows = kBlockM + 4;
+  using SmemLayoutRowStats = Layout<Shape<Int<kStatRows>, Int<kStages>>, Stride<_1, Int<128>>>;
+  static_assert(kStatRows <= 128);
+  // One step's dQ of each warpgroup, fp32, in the order of its accumulator fragment (thread t's
+  // i-th group of 4 values at (i * 128 + t) * 4): 16-byte stores without bank conflicts, and the
+  // same order in the global accumulator, which backward_dq_convert.cuh reads back.
+  static constexpr int kDqElems = kBlockM * kDqCols;  // per warpgroup
+  static_assert(kDqElems % (128 * 4) == 0);
+
+  using PipelineQ = cutlass::PipelineTmaAsync<kStages>;   // Q and its LSE rows
+  using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
+  using PipelineTile = cutlass::PipelineAsync<2>;          // tile indices, producer warp -> the others
+  static constexpr int kTileReaders = kConsumerThreads + 32;  // the consumers and the dQ writer warp
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cosize_v<SmemLayoutdO>, 1024> dout;
+    cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> ds;
+    cute::array_aligned<float, kConsumerWarpGroups * kDqElems, 128> dq;
+    cute::array_aligned<float, cosize_v<SmemLayoutRowStats>, 128> lse;
+    cute::array_aligned<float, cosize_v<SmemLayoutRowStats>, 128> delta;
+    typename PipelineQ::SharedStorage pipeline_q;
+    typename PipelinedO::SharedStorage pipeline_do;
+    typename PipelineTile::SharedStorage pipeline_tile;
+    int tile_slot[2];
+    uint64_t kv_loaded;  // K and V of the tile have landed (transaction barrier)
+    uint64_t kv_free;    // the consumers are done reading them (one arrival per consumer thread)
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+
+  static constexpr uint32_t kRowStatBytes = kStatRows * sizeof(float);
+  static constexpr uint32_t kQueryBytes = kBlockM * kHeadDim * sizeof(Element) + kRowStatBytes;
+  static constexpr uint32_t kKeyValueBytes = 2 * kBlockN * kHeadDim * sizeof(Element);
+
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch); row statistics (rows, heads).
+  using GmemShape = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                          Layout<GmemShape, GmemStride>{}));
+  using StatsShape = Shape<int32_t, int32_t>;
+  using StatsStride = Stride<_1, int64_t>;
+  using StatsTensor = decltype(make_tensor(make_gmem_ptr(static_cast<float const*>(nullptr)),
+                                           Layout<StatsShape, StatsStride>{}));
+  using TmaLoadQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                          Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaLoadK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                          Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{},
+                                          Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaLoadStats = decltype(make_tma_copy(SM90_TMA_LOAD{}, StatsTensor{},
+                                              Layout<Shape<Int<kStatRows>>>{}, Shape<Int<kStatRows>>{}, _1{}));
+};
+
+}  // namespace flashattn::cuda::sm90
