@@ -3,8 +3,11 @@
 // V once, then per step Q with its LSE rows and dO with its D rows, each into the next free stage
 // of its pipeline); its warp 1 adds each step's dQ, which the consumer warpgroups stage in shared
 // memory, into the fp32 accumulator in global memory with one bulk reduce-add per warpgroup. In
-// deterministic mode it adds in key-block order: it waits until the CTAs of the key blocks before
-// its own have added theirs to the block (a counter per query head and dQ block).
+// deterministic mode it adds in key-block order, last to first: it waits until the tiles of the
+// key blocks after its own have added theirs to the block (a counter per query head and dQ
+// block). Last to first because under a causal or local mask a later key block's tile starts at
+// a later query block and so runs ahead of an earlier one's; first to first, each tile waited for
+// its predecessor at every step (2026-11-26, H200, causal: 0.07-0.24x the default mode's speed).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -146,7 +149,7 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
       counter = p.dq_semaphore + std::int64_t(step.head) * p.dq_layout.blocks_per_head + block;
       const KeyTileRange adders =
           query_block_mask(t, p.window_left, p.window_right, step.m_block, Traits::kBlockM).tiles(Traits::kBlockN);
-      if (lane == 0) wait_for_turn(counter, t.n_block - adders.begin);
+      if (lane == 0) wait_for_turn(counter, adders.end - 1 - t.n_block);
     }
 #pragma unroll
     for (int w = 0; w < kWarpGroups; ++w) {

@@ -35,12 +35,15 @@ struct BackwardTile {
 
 // Tile `index` of the CTAs' order: key blocks fastest, then (KV head, chunk), then sequences. The
 // CTAs of one head run close together and share its Q and dO through L2; under a causal mask a
-// head's longest tiles (its first key blocks) come first.
+// head's longest tiles (its first key blocks) come first. In deterministic mode the key blocks
+// come last to first, the order in which they add to dQ (backward_producer.cuh): every tile that
+// must add before another was claimed before it, so the CTAs never wait for a tile nobody runs.
 template <class Traits>
 CUTE_DEVICE BackwardTile backward_tile(BackwardParams<Traits> const& p, int index) {
   BackwardTile t;
   const int columns = p.heads_kv * p.head_splits;
   t.n_block = index % p.n_blocks;
+  if (p.dq_semaphore != nullptr) t.n_block = p.n_blocks - 1 - t.n_block;
   const int column = index / p.n_blocks % columns;
   t.kv_head = column / p.head_splits;
   t.split = column % p.head_splits;
