@@ -5,39 +5,30 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Whether this family handles the problem (features it does not cover fall back to sm80).
-// Covered: f16/bf16, head dims 64/96/128/192/256 (the built instances), causal, sliding
-// windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides. Not covered:
-// a zero stride over a dimension of several entries (broadcast K/V), which TMA cannot express.
-inline bool supports_forward(const detail::ForwardProblem& problem) {
-  auto broadcast = [](const detail::SeqTensor& t, long long rows, int heads, int batch) {
-    return (rows > 1 && t.seq_stride == 0) || (heads > 1 && t.head_stride == 0) ||
-           (batch > 1 && t.batch_stride == 0);
-  };
-  const bool varlen = problem.is_varlen();
-  const long long rows_q = varlen ? problem.total_q : problem.seqlen_q;
-  const long long rows_k = varlen ? problem.total_k : problem.seqlen_k;
-  const int batch = varlen ? 1 : problem.batch;
-  return !broadcast(problem.q, rows_q, problem.heads_q, batch) &&
-         !broadcast(problem.k, rows_k, problem.heads_kv, batch) &&
-         !broadcast(problem.v, rows_k, problem.heads_kv, batch) &&
-         !broadcast(problem.out, rows_q, problem.heads_q, batch);
+// Whether TMA can read operand t, laid out over the problem's query rows (`query_side`) or key
+// rows: not where a stride of a dimension of several entries is zero (broadcast K/V), which TMA
+// cannot express.
+inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, bool query_side) {
+  const bool varlen = p.is_varlen();
+  const long long rows = query_side ? (varlen ? p.total_q : p.seqlen_q) : (varlen ? p.total_k : p.seqlen_k);
+  const int heads = query_side ? p.heads_q : p.heads_kv;
+  const int batch = varlen ? 1 : p.batch;
+  return !((rows > 1 && t.seq_stride == 0) || (heads > 1 && t.head_stride == 0) ||
+           (batch > 1 && t.batch_stride == 0));
 }
 
-// The backward: the same, for its own operands (dO, and dQ/dK/dV written by plain stores).
-inline bool supports_backward(const detail::BackwardProblem& problem) {
-  auto broadcast = [](const detail::SeqTensor& t, long long rows, int heads, int batch) {
-    return (rows > 1 && t.seq_stride == 0) || (heads > 1 && t.head_stride == 0) ||
-           (batch > 1 && t.batch_stride == 0);
-  };
-  const bool varlen = problem.is_varlen();
-  const long long rows_q = varlen ? problem.total_q : problem.seqlen_q;
-  const long long rows_k = varlen ? problem.total_k : problem.seqlen_k;
-  const int batch = varlen ? 1 : problem.batch;
-  return !broadcast(problem.q, rows_q, problem.heads_q, batch) &&
-         !broadcast(problem.k, rows_k, problem.heads_kv, batch) &&
-         !broadcast(problem.v, rows_k, problem.heads_kv, batch) &&
-         !broadcast(problem.dout, rows_q, problem.heads_q, batch);
+// Whether this family handles the problem (features it does not cover fall back to sm80).
+// Covered: f16/bf16, the built head dims (forward 64/96/128/192/256, backward 64/96/128), causal,
+// sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
+// as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
+// V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores).
+inline bool supports_forward(const detail::ForwardProblem& p) {
+  return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
+         tma_readable(p, p.out, true);
+}
+inline bool supports_backward(const detail::BackwardProblem& p) {
+  return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
+         tma_readable(p, p.dout, true);
 }
 
 template <class Element, int HeadDim>
