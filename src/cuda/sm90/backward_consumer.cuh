@@ -153,7 +153,8 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   const int highest_diff = p.window_right >= 0 ? shift + p.window_right : (1 << 30);
   if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
 
-  // One step. kMasked: some (query, key) pair of the step is not visible to the other.
+  // One step. kMasked: some (query, key) pair of the step is masked (by the window, or lying
+  // past the sequence's end).
   auto run_step = [&](BackwardTile::Step step, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = state.index();
