@@ -5,16 +5,24 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Whether TMA can read operand t, laid out over the problem's query rows (`query_side`) or key
-// rows: not where a stride of a dimension of several entries is zero (broadcast K/V), which TMA
-// cannot express.
-inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, bool query_side) {
+// The extents of an operand laid out over the problem's query rows (`query_side`: Q, O, dO, dQ)
+// or key rows (K, V, dK, dV): a variable-length batch is one packed sequence.
+struct OperandExtent {
+  long long rows;
+  int heads, batch;
+};
+inline OperandExtent operand_extent(const detail::Problem& p, bool query_side) {
   const bool varlen = p.is_varlen();
-  const long long rows = query_side ? (varlen ? p.total_q : p.seqlen_q) : (varlen ? p.total_k : p.seqlen_k);
-  const int heads = query_side ? p.heads_q : p.heads_kv;
-  const int batch = varlen ? 1 : p.batch;
-  return !((rows > 1 && t.seq_stride == 0) || (heads > 1 && t.head_stride == 0) ||
-           (batch > 1 && t.batch_stride == 0));
+  return {query_side ? (varlen ? p.total_q : p.seqlen_q) : (varlen ? p.total_k : p.seqlen_k),
+          query_side ? p.heads_q : p.heads_kv, varlen ? 1 : p.batch};
+}
+
+// Whether TMA can read operand t: not where a stride of a dimension of several entries is zero
+// (broadcast K/V), which TMA cannot express.
+inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, bool query_side) {
+  const OperandExtent e = operand_extent(p, query_side);
+  return !((e.rows > 1 && t.seq_stride == 0) || (e.heads > 1 && t.head_stride == 0) ||
+           (e.batch > 1 && t.batch_stride == 0));
 }
 
 // Whether this family handles the problem (features it does not cover fall back to sm80).

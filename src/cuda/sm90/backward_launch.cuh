@@ -22,7 +22,7 @@
 #include "cuda/sm90/backward_kernel.cuh"
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_traits.cuh"
-#include "cuda/sm90/forward_launch.cuh"  // tma_view, device_facts, allow_shared_memory
+#include "cuda/sm90/launch_support.cuh"
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm90 {
@@ -39,7 +39,6 @@ void run_backward(const detail::BackwardProblem& problem) {
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
   const auto [sm_count, l2_bytes] = device_facts(problem.device_index);
   (void)l2_bytes;
-  const bool varlen = problem.is_varlen();
 
   // The row pass's parameters (the sm80 family's layout of the per-row workspace). The row
   // statistics are read by TMA, whose per-head stride must be a multiple of 16 bytes.
@@ -111,16 +110,10 @@ void run_backward(const detail::BackwardProblem& problem) {
 
   // The main kernel's parameters.
   BackwardParams<Traits> p{};
-  const std::int64_t rows_q = varlen ? problem.total_q : problem.seqlen_q;
-  const std::int64_t rows_k = varlen ? problem.total_k : problem.seqlen_k;
-  const int tma_batch = varlen ? 1 : problem.batch;
-  const void* k_data = problem.k.data ? problem.k.data : problem.q.data;
-  const void* v_data = problem.v.data ? problem.v.data : problem.q.data;
-  auto q = tma_view<Traits>(static_cast<const Element*>(problem.q.data), rows_q, problem.heads_q, tma_batch, problem.q);
-  auto dout = tma_view<Traits>(static_cast<const Element*>(problem.dout.data), rows_q, problem.heads_q, tma_batch,
-                               problem.dout);
-  auto k = tma_view<Traits>(static_cast<const Element*>(k_data), rows_k, problem.heads_kv, tma_batch, problem.k);
-  auto v = tma_view<Traits>(static_cast<const Element*>(v_data), rows_k, problem.heads_kv, tma_batch, problem.v);
+  auto q = tma_view<Traits, const Element>(problem, problem.q, true);
+  auto dout = tma_view<Traits, const Element>(problem, problem.dout, true);
+  auto k = tma_view<Traits, const Element>(problem, problem.k, false);
+  auto v = tma_view<Traits, const Element>(problem, problem.v, false);
   auto stats_view = [&](const float* data) {
     return make_tensor(make_gmem_ptr(data),
                        make_layout(make_shape(int(std::max<std::int64_t>(dense_rows_q, 1)), problem.heads_q),

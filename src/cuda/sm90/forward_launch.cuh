@@ -21,6 +21,7 @@
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_trace.cuh"
 #include "cuda/sm90/forward_traits.cuh"
+#include "cuda/sm90/launch_support.cuh"
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm90 {
@@ -36,21 +37,6 @@ constexpr int kSoftmaxDefault = FLASHATTN_SM90_SOFTMAX_DEFAULT;
 template <int kVariant>
 using ForwardSoftmax = DeferredOnlineSoftmax<2, (kVariant & 1) ? 4 : 0, (kVariant & 2) != 0>;
 
-// A TMA view of one (rows, heads, dim) operand: (rows, dim, heads, batch). Strides of
-// single-entry modes are never followed; they are replaced by a harmless aligned value since
-// TMA requires every stride to be a multiple of 16 bytes.
-template <class Traits, class Pointer>
-auto tma_view(Pointer data, std::int64_t rows, int heads, int batch, const detail::SeqTensor& t) {
-  using namespace cute;
-  const std::int64_t any = Traits::kHeadDim;
-  auto pick = [&](std::int64_t stride, std::int64_t extent) { return extent > 1 ? stride : any; };
-  const int rows_tma = int(std::max<std::int64_t>(rows, 1));
-  auto layout = make_layout(make_shape(rows_tma, Int<Traits::kHeadDim>{}, std::max(heads, 1), std::max(batch, 1)),
-                            make_stride(pick(t.seq_stride, rows), _1{}, pick(t.head_stride, heads),
-                                        pick(t.batch_stride, batch)));
-  return make_tensor(make_gmem_ptr(data), layout);
-}
-
 template <class Traits>
 ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   using namespace cute;
@@ -59,17 +45,10 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   ForwardParams<Traits> f{};
 
   const bool varlen = p.is_varlen();
-  const std::int64_t rows_q = varlen ? p.total_q : p.seqlen_q;
-  const std::int64_t rows_k = varlen ? p.total_k : p.seqlen_k;
-  const int batch = varlen ? 1 : p.batch;
-  // Tensors with no elements may have no storage; TMA still wants a valid address (never read).
-  const void* k_data = p.k.data ? p.k.data : p.q.data;
-  const void* v_data = p.v.data ? p.v.data : p.q.data;
-
-  auto q = tma_view<Traits>(static_cast<const Element*>(p.q.data), rows_q, p.heads_q, batch, p.q);
-  auto k = tma_view<Traits>(static_cast<const Element*>(k_data), rows_k, p.heads_kv, batch, p.k);
-  auto v = tma_view<Traits>(static_cast<const Element*>(v_data), rows_k, p.heads_kv, batch, p.v);
-  auto o = tma_view<Traits>(static_cast<Element*>(p.out.data), rows_q, p.heads_q, batch, p.out);
+  auto q = tma_view<Traits, const Element>(p, p.q, true);
+  auto k = tma_view<Traits, const Element>(p, p.k, false);
+  auto v = tma_view<Traits, const Element>(p, p.v, false);
+  auto o = tma_view<Traits, Element>(p, p.out, true);
   f.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename Traits::SmemLayoutQ{}),
                           Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
   f.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
@@ -122,25 +101,6 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   return f;
 }
 
-// Per-device facts, queried once (a call's host time counts for short problems).
-struct DeviceFacts {
-  int sm_count, l2_bytes;
-};
-
-inline DeviceFacts device_facts(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> sms[kMaxDevices], l2s[kMaxDevices];
-  if (device < 0 || device >= kMaxDevices || sms[device].load(std::memory_order_relaxed) == 0) {
-    DeviceFacts f{};
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device));
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device));
-    if (device < 0 || device >= kMaxDevices) return f;
-    l2s[device].store(f.l2_bytes, std::memory_order_relaxed);
-    sms[device].store(f.sm_count, std::memory_order_release);
-  }
-  return {sms[device].load(std::memory_order_acquire), l2s[device].load(std::memory_order_relaxed)};
-}
-
 #ifdef FLASHATTN_SM90_TRACE
 // Development builds: the call's timeline (forward_trace.cuh) to FLASHATTN_SM90_TRACE_FILE,
 // overwritten by every call (synchronizes the stream).
@@ -156,16 +116,6 @@ inline void write_trace(const std::uint64_t* trace, size_t count, cudaStream_t s
   }
 }
 #endif
-
-// Raises a kernel's dynamic shared-memory limit, once per device.
-template <auto kKernel>
-void allow_shared_memory(int bytes, int device) {
-  static std::atomic<unsigned long long> done{0};
-  const unsigned long long bit = device >= 0 && device < 64 ? 1ull << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_release);
-}
 
 template <class Traits, int kVariant>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
