@@ -116,7 +116,8 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   p.delta = workspace.at<float>(delta_at);
   if (!problem.deterministic) {
     p.dq_accum = workspace.at<float>(dq_at);
-    if (dq_count > 0) FA_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, dq_count * sizeof(float), stream));
+    p.zero_fill = p.dq_accum;  // cleared by the preprocess below
+    p.zero_fill_elements = std::int64_t(dq_count);
   }
   if (split_group) {
     p.dk_partial = workspace.at<float>(dk_partial_at);

@@ -33,6 +33,10 @@ struct BackwardParams {
   // (two L2 lines) instead of touching eight rows' lines.
   float* dq_accum = nullptr;
   int dq_pad_rows = 0;
+  // An fp32 accumulator the preprocess clears on its way (16-byte aligned; elements a multiple
+  // of 4), so that clearing it costs no launch of its own and overlaps the preprocess's reads.
+  float* zero_fill = nullptr;
+  std::int64_t zero_fill_elements = 0;
   static constexpr int kDqBlock = 8;
   static_assert((kDqBlock & (kDqBlock - 1)) == 0, "dq_accum_row rounds down with a mask");
   // dq_pad_rows for a main kernel of block_m query rows: one query block. As block_m is a

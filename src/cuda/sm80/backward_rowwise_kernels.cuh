@@ -1,6 +1,7 @@
 #pragma once
 // The backward's memory-bound row passes, around the main kernel:
-//   preprocess: D = rowsum(dO * O) in fp32 and LSE * log2(e), per query row, into the workspace;
+//   preprocess: D = rowsum(dO * O) in fp32 and LSE * log2(e), per query row, into the workspace,
+//               clearing the dQ accumulator on its way;
 //   dq_convert: dq = scale * dQ accumulator, in the output dtype (non-deterministic mode);
 //   kv_reduce:  dk, dv = sum of the per-chunk fp32 partials in a fixed order (GQA split).
 // A row of head_dim elements is handled by a group of lanes, 8 elements (16 bytes) each.
@@ -30,10 +31,20 @@ __device__ __forceinline__ void store_16_bytes(Element* dst, const cutlass::Arra
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&values);
 }
 
+// This CTA's contiguous share of `data` (count float4s) set to zero.
+__device__ __forceinline__ void clear_share(float4* data, std::int64_t count) {
+  const std::int64_t ctas = std::int64_t(gridDim.x) * gridDim.y * gridDim.z;
+  const std::int64_t cta = blockIdx.x + std::int64_t(gridDim.x) * (blockIdx.y + std::int64_t(gridDim.y) * blockIdx.z);
+  const std::int64_t share = (count + ctas - 1) / ctas;
+  const std::int64_t end = min(count, (cta + 1) * share);
+  for (std::int64_t i = cta * share + threadIdx.x; i < end; i += blockDim.x) data[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 template <class Element, int HeadDim>
 __global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
     backward_preprocess_kernel(const __grid_constant__ BackwardParams p) {
   using Shape = RowwiseShape<HeadDim>;
+  if (p.zero_fill) clear_share(reinterpret_cast<float4*>(p.zero_fill), p.zero_fill_elements / 4);
   const int head = blockIdx.y, b = blockIdx.z;
   const SequenceRows seq = sequence_rows(b, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
   if (int(blockIdx.x) * Shape::kRowsPerBlock >= seq.len_q) return;  // uniform per block

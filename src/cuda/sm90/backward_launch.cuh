@@ -1,13 +1,15 @@
 #pragma once
 // Host side of the sm90 backward: plans the workspace and enqueues, on the problem's stream
 // (nothing synchronizes):
-//   1. D = rowsum(dO * O) and LSE * log2(e) per query row (the sm80 family's row pass);
+//   1. D = rowsum(dO * O) and LSE * log2(e) per query row (the sm80 family's row pass), which
+//      also clears the fp32 dQ accumulator;
 //   2. the main kernel (backward_kernel.cuh): dK, dV, and dQ added into an fp32 accumulator;
 //   3. dq = scale * accumulator (backward_dq_convert.cuh);
 //   4. GQA with the group split over CTAs: fixed-order sum of the dK/dV partials (sm80's pass).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include <cute/tensor.hpp>
@@ -95,7 +97,8 @@ void run_backward(const detail::BackwardProblem& problem) {
     rows.dv_partial = workspace.at<float>(dv_partial_at);
   }
   float* dq_accum = workspace.at<float>(dq_at);
-  FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_count * sizeof(float), stream));
+  rows.zero_fill = dq_accum;  // cleared by the preprocess below
+  rows.zero_fill_elements = std::int64_t(dq_count);
   int* semaphore = problem.deterministic ? workspace.at<int>(semaphore_at) : nullptr;
   if (semaphore) FA_CUDA_CHECK(cudaMemsetAsync(semaphore, 0, semaphore_count * sizeof(int), stream));
   int* tile_counter = workspace.at<int>(counter_at);
@@ -181,7 +184,10 @@ void run_backward(const detail::BackwardProblem& problem) {
     FA_CUDA_CHECK_LAUNCH();
   }
 
-  DqConvertParams convert{dq_accum, dq_layout, problem.dq, problem.cu_seqlens_q, problem.seqlen_q, problem.scale};
+  const auto& dq = problem.dq;
+  const bool dq_vectors = reinterpret_cast<std::uintptr_t>(dq.data) % 16 == 0 && dq.batch_stride % 8 == 0 &&
+                          dq.seq_stride % 8 == 0 && dq.head_stride % 8 == 0;
+  DqConvertParams convert{dq_accum, dq_layout, dq, problem.cu_seqlens_q, problem.seqlen_q, problem.scale, dq_vectors};
   const dim3 convert_grid((problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, problem.heads_q, batch);
   if (convert_grid.x > 0) {
     backward_dq_convert_kernel<Traits><<<convert_grid, Traits::kConsumerThreads, 0, stream>>>(convert);
