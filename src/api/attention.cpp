@@ -1,6 +1,7 @@
 // Public entry points: validate, then hand the normalized problem to the tensors' backend.
 #include "flashattn/attention.hpp"
 
+#include "api/kv_cache.hpp"
 #include "api/validate.hpp"
 #include "cpu/backend.hpp"
 #include "flashattn/error.hpp"
@@ -25,6 +26,11 @@ void backward(const BackwardArgs& args) {
 #ifdef FLASHATTN_WITH_CUDA
   cuda::backward(problem);
 #endif
+}
+
+void forward_kvcache(const KvCacheArgs& args) {
+  detail::KvCachePlan plan = detail::make_kvcache_plan(args);  // CUDA: rejected there for now
+  if (plan.problem.device == DeviceKind::cpu) detail::run_kvcache_cpu(plan, /*reference=*/false);
 }
 
 bool built_with_cuda() noexcept {
@@ -54,6 +60,12 @@ static void require_cpu(const TensorView& q) {
 void forward(const ForwardArgs& args) {
   require_cpu(args.q);
   cpu::reference_forward(detail::make_forward_problem(args));
+}
+
+void forward_kvcache(const KvCacheArgs& args) {
+  require_cpu(args.q);
+  detail::KvCachePlan plan = detail::make_kvcache_plan(args);
+  detail::run_kvcache_cpu(plan, /*reference=*/true);
 }
 
 void backward(const BackwardArgs& args) {
