@@ -29,8 +29,11 @@ void backward(const BackwardArgs& args) {
 }
 
 void forward_kvcache(const KvCacheArgs& args) {
-  detail::KvCachePlan plan = detail::make_kvcache_plan(args);  // CUDA: rejected there for now
-  if (plan.problem.device == DeviceKind::cpu) detail::run_kvcache_cpu(plan, /*reference=*/false);
+  detail::KvCachePlan plan = detail::make_kvcache_plan(args);
+  if (plan.problem.device == DeviceKind::cpu) return detail::run_kvcache_cpu(plan, /*reference=*/false);
+#ifdef FLASHATTN_WITH_CUDA
+  cuda::forward_kvcache(plan.problem, plan.append);
+#endif
 }
 
 bool built_with_cuda() noexcept {

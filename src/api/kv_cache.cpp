@@ -179,9 +179,6 @@ ForwardProblem make_paged_forward_problem(const ForwardArgs& a) {
       if (paged) check_table_rows(a.block_table, b, rows, kv.pages.page_size, a.k.shape[0]);
     }
   }
-  if (q.device == DeviceKind::cuda)
-    fail(paged ? "block_table" : "seqused_k", "CPU tensors (paged K/V and seqused_k on the CUDA backend are not built yet)",
-         "CUDA tensors", ErrorKind::unsupported);
   return p;
 }
 
@@ -340,8 +337,6 @@ KvCachePlan make_kvcache_plan(const KvCacheArgs& a) {
       }
     }
   }
-  if (q.device == DeviceKind::cuda)
-    fail("q.device", "cpu (forward_kvcache on the CUDA backend is not built yet)", "cuda", ErrorKind::unsupported);
   return plan;
 }
 
