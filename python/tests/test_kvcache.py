@@ -67,7 +67,7 @@ def gather(pages, table):
 def test_kvcache(device, dtype, page, seqlen_q, seqlen_new, causal, window, rotary_dim, interleaved, leftpad,
                  batch_idx):  # fmt: skip
     g = torch.Generator().manual_seed(0)
-    b, hq, hk, d, n = 3, 8, 2, 64, 512
+    b, hq, hk, d, n = 3, 8, 2, 64, 768
     q = torch.randn(b, seqlen_q, hq, d, generator=g).to(device, dtype)
     k_log = torch.randn(b, n, hk, d, generator=g).to(device, dtype)
     v_log = torch.randn(b, n, hk, d, generator=g).to(device, dtype)

@@ -99,15 +99,17 @@ __global__ void __launch_bounds__(Traits::kThreads)
   const int kv_head = blk.kv_head(params);
   // K/V: the sequence's first row (contiguous), or its head within a page (paged: rows are
   // placed through the block table, common/kv_layout.hpp, in load_kv_tile).
-  const bool paged = params.kv.paged();
+  // Nothing paging needs is held in registers across the loop: load_kv_tile reads the block
+  // table's address from the parameters (ptxas -v: holding it cost the prefill tile 8 more bytes
+  // of spill stores).
   const Element* k_seq = static_cast<const Element*>(params.k) +
-                         (paged ? std::int64_t(kv_head) * params.k_layout.head_stride
-                                : element_index(params.k_layout, blk.seq.kv_batch, blk.seq.offset_k, 0, kv_head));
+                         (params.kv.paged()
+                              ? std::int64_t(kv_head) * params.k_layout.head_stride
+                              : element_index(params.k_layout, blk.seq.kv_batch, blk.seq.offset_k, 0, kv_head));
   const Element* v_seq = static_cast<const Element*>(params.v) +
-                         (paged ? std::int64_t(kv_head) * params.v_layout.head_stride
-                                : element_index(params.v_layout, blk.seq.kv_batch, blk.seq.offset_k, 0, kv_head));
-  const std::int32_t* page_row =
-      paged ? params.kv.pages.block_table + blk.batch * params.kv.pages.table_stride : nullptr;
+                         (params.kv.paged()
+                              ? std::int64_t(kv_head) * params.v_layout.head_stride
+                              : element_index(params.v_layout, blk.seq.kv_batch, blk.seq.offset_k, 0, kv_head));
   // Element index of row r of the tile in Q or O with query heads packed into rows.
   auto packed_row_index = [&](const detail::SeqTensor& layout, int r) {  // r: row within the tile
     const int row = blk.row0 + r;
@@ -217,10 +219,11 @@ __global__ void __launch_bounds__(Traits::kThreads)
   auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile) {
     const std::int64_t seq_stride = layout.seq_stride;
     const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
-    if (paged) {
+    if (params.kv.paged()) {
       // Each row from its page: page = block_table[row / page_size] (rows past the sequence are
       // zero-filled and look nothing up).
       const int page_size = params.kv.pages.page_size;
+      const std::int32_t* page_row = params.kv.pages.block_table + blk.batch * params.kv.pages.table_stride;
       CUTE_UNROLL
       for (int m = 0; m < size<1>(tKVc); ++m) {
         const int key = first_key + get<0>(tKVc(0, m, 0)) - kv_row0;
