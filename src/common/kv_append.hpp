@@ -26,8 +26,8 @@ struct KvAppend {
   // row of sequence b at cache_seqlens[b] (flash-attn's meaning).
   bool query_positions_by_row = false;
 
-  bool appends() const { return k_new.data != nullptr; }
-  bool rotates() const { return cos != nullptr; }
+  FA_HOST_DEVICE bool appends() const { return k_new.data != nullptr; }
+  FA_HOST_DEVICE bool rotates() const { return cos != nullptr; }
   // Position of query row i of sequence b.
   FA_HOST_DEVICE int query_position(int b, int i) const {
     return cache_seqlens[b] + (query_positions_by_row ? i : 0);
