@@ -201,3 +201,25 @@ def test_varlen_paged(device, dtype, page, causal):
         ref, _ = attention(qs.double(), ks.double(), vs.double(), causal=causal)
         base, _ = attention(qs, ks, vs, causal=causal)
         assert rel_err(out[cu_q[i] : cu_q[i + 1]][None], ref) <= 2 * rel_err(base, ref) + FLOOR[dtype]
+
+
+def test_varlen_forward_internal_num_splits():
+    """flash-attn's _flash_attn_varlen_forward (its tests call it): num_splits 0 = default,
+    more than 1 rejected (a RuntimeError, as flash-attn's)."""
+    from flashattn.torch import _flash_attn_varlen_forward
+
+    g = torch.Generator().manual_seed(3)
+    k_log = torch.randn(2, 512, 2, 64, generator=g)
+    k_cache, table = paged(k_log, 256, generator=g)
+    q = torch.randn(2, 4, 64, generator=g)
+    cu_q = torch.arange(3, dtype=torch.int32)
+    used = torch.tensor([300, 512], dtype=torch.int32)
+    cu_k = torch.tensor([0, 300, 812], dtype=torch.int32)
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=1, max_seqlen_k=512, dropout_p=0.0,
+              softmax_scale=0.125, causal=False, window_size_left=-1, window_size_right=0,
+              block_table=table, seqused_k=used)  # fmt: skip
+    a = _flash_attn_varlen_forward(q, k_cache, k_cache, **kw)[0]
+    b = _flash_attn_varlen_forward(q, k_cache, k_cache, **kw, num_splits=0)[0]
+    assert torch.equal(a, b) and not a.isnan().any()
+    with pytest.raises(RuntimeError, match="num_splits > 1 is not supported"):
+        _flash_attn_varlen_forward(q, k_cache, k_cache, **kw, num_splits=2)

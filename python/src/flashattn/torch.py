@@ -318,6 +318,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return (out, lse) if return_softmax_lse else out
 
 
+def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size_left=-1, window_size_right=-1,
+                               softcap=0.0, alibi_slopes=None, return_softmax=False, block_table=None,
+                               leftpad_k=None, seqused_k=None, zero_tensors=False, num_splits=0):  # fmt: skip
+    """flash-attn's internal varlen forward (flash_attn.flash_attn_interface), which its tests
+    call directly: returns (out, softmax_lse, None, None). num_splits: 0 or 1 (the varlen forward
+    chooses its own splits; flash-attn also rejects more than 1 there); leftpad_k is not
+    implemented; no gradient flows."""
+    if num_splits > 1:
+        raise NotImplementedError(
+            f"flashattn: num_splits: expected 0 or 1 (num_splits > 1 is not supported by the varlen forward), got {num_splits}"
+        )
+    if leftpad_k is not None:
+        raise NotImplementedError("flashattn: leftpad_k: expected None (use flash_attn_with_kvcache's cache_leftpad)")
+    with torch.no_grad():
+        out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                              softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
+                              False, True, block_table, seqused_k)  # fmt: skip
+    return out, lse, None, None
+
+
 # ---- flash-attn's functions -------------------------------------------------------------------
 
 
