@@ -177,6 +177,12 @@ void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppe
   const int cc = compute_capability(problem.device_index);
   // The family first: an unbuilt kernel is reported before the cache is written.
   const Family family = choose_family(problem, "forward", cc, false, false);
+  // The sm80 grid's limits (sm80/forward_launch.cuh), checked here too: after the append the
+  // cache has been written.
+  if (problem.batch > 65535 || problem.heads_q > 65535)
+    throw Error(ErrorKind::unsupported, problem.batch > 65535 ? "batch" : "heads",
+                "at most 65535 on the sm80 forward's grid",
+                std::to_string(problem.batch > 65535 ? problem.batch : problem.heads_q));
   detail::ForwardProblem p = problem;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const std::size_t q_bytes = append.rotates() ? std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim *
