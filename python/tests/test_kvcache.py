@@ -223,3 +223,11 @@ def test_varlen_forward_internal_num_splits():
     assert torch.equal(a, b) and not a.isnan().any()
     with pytest.raises(RuntimeError, match="num_splits > 1 is not supported"):
         _flash_attn_varlen_forward(q, k_cache, k_cache, **kw, num_splits=2)
+
+
+def test_cache_is_never_copied():
+    """A cache whose last dimension is strided is rejected, not copied (the append would be lost)."""
+    q = torch.randn(1, 1, 2, 32)
+    kc = torch.randn(1, 16, 2, 64)[..., ::2]
+    with pytest.raises(ValueError, match="k_cache.stride"):
+        flash_attn_with_kvcache(q, kc, kc, cache_seqlens=4)

@@ -294,7 +294,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if (k is None) != (v is None):
         raise ValueError(f"flashattn: {'v' if k is not None else 'k'}: expected k and v both given or both None, got one")
     q = _last_dim_contiguous(q, "q")
-    k_cache, v_cache = _last_dim_contiguous(k_cache, "k_cache"), _last_dim_contiguous(v_cache, "v_cache")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        # Never copied: the append writes into the caller's cache.
+        if _last_dim_contiguous(cache, name) is not cache:
+            raise ValueError(f"flashattn: {name}.stride[-1]: expected 1 (the cache is written in place), "
+                             f"got {cache.stride(-1)}")
     if k is not None:
         k, v = _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v")
     if isinstance(cache_seqlens, int):
