@@ -3,6 +3,7 @@
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
 //                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
+//                 [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
 //                   [--backward] [--json FILE [--plot]]
 //   flashattn info
@@ -20,6 +21,7 @@
 
 #include "flashattn/flashattn.hpp"
 #include "timing.hpp"
+#include "kv_workload.hpp"
 #include "workload.hpp"
 
 namespace flashattn::tools {
@@ -87,11 +89,41 @@ std::string megabytes(std::size_t bytes) {
   return buf;
 }
 
+// `run --kv-cache`: flash_attn_with_kvcache's call on a cache of --seqlen-k rows per sequence
+// (paged with --page-size), --seqlen queries, --append rows written (and rotated) per call.
+int run_kv_cache(const Args& args, const Shape& s, std::uint64_t seed) {
+  if (args.has("backward")) throw std::invalid_argument("--kv-cache has no backward (inference only)");
+  KvOptions kv;
+  kv.page_size = args.integer("page-size", 0);
+  kv.append = args.integer("append", 0);
+  kv.rotary_dim = args.integer("rotary-dim", 0);
+  std::printf("flashattn run --kv-cache: %s, %s, append %d, rotary_dim %d on %s\n", s.describe().c_str(),
+              kv.page_size ? ("pages of " + std::to_string(kv.page_size)).c_str() : "contiguous cache", kv.append,
+              kv.rotary_dim, to_string(s.device));
+  KvWorkload w(s, kv, seed);
+  host::reset_device_workspace_high_water();
+  const host::Timing fwd = host::time_runs(s.device, [&] { w.forward(); });
+  std::printf("forward : %9.3f ms  %8.3f TB/s of K/V  (median of %d)\n", fwd.median_ms,
+              w.kv_bytes() / fwd.median_ms / 1e9, fwd.iterations);
+  if (s.device == DeviceKind::cuda)
+    std::printf("memory  : tensors %s, workspace peak %s\n", megabytes(w.tensor_bytes()).c_str(),
+                megabytes(host::device_workspace_high_water()).c_str());
+  if (args.integer("check-rows", 16) == 0) return 0;
+  w.forward();
+  const RowCheck check = w.check();
+  std::printf("check   : %d rows vs float64 reference, max relative error %.2e (tolerance %.0e) %s\n", check.rows,
+              check.max_error, check.tolerance, check.ok() ? "ok" : "FAILED");
+  return check.ok() ? 0 : 1;
+}
+
 int run_command(int argc, char** argv) {
-  const std::vector<std::string> flags = {"causal", "backward"};
+  const std::vector<std::string> flags = {"causal", "backward", "kv-cache"};
   Args args(argc, argv, 2, flags);
   args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
-                       "dtype", "backend", "backward", "check-rows", "seed"});
+                       "dtype", "backend", "backward", "check-rows", "seed", "kv-cache", "page-size", "append",
+                       "rotary-dim"});
+  if (!args.has("kv-cache") && (args.has("page-size") || args.has("append") || args.has("rotary-dim")))
+    throw std::invalid_argument("--page-size, --append and --rotary-dim need --kv-cache");
   Shape s;
   s.batch = args.integer("batch", 2);
   s.heads = args.integer("heads", 16);
@@ -114,6 +146,7 @@ int run_command(int argc, char** argv) {
   const int check_rows = args.integer("check-rows", 16);
   const std::uint64_t seed = args.has("seed") ? std::uint64_t(args.integer("seed", 0)) : std::random_device{}();
 
+  if (args.has("kv-cache")) return run_kv_cache(args, s, seed);
   std::printf("flashattn run: %s on %s\n", s.describe().c_str(), to_string(s.device));
   Workload w(s, seed);
   host::reset_device_workspace_high_water();
@@ -296,6 +329,7 @@ void usage() {
                "                       [--headdim D] [--causal] [--window L,R] [--softcap C]\n"
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
+               "                       [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"
                "                       [--quick] [--backward] [--json FILE [--plot]]\n"
                "       flashattn info\n"
@@ -303,7 +337,13 @@ void usage() {
                "bench --plot also writes FILE's plot beside it (FILE with .png: TFLOP/s or TB/s against sequence\n"
                "length, one panel per head dim and mask) with python3 and matplotlib: bench/plot.py of the source\n"
                "tree this binary was built from, else `python3 -m flashattn.plot` (the installed Python package).\n"
-               "It is checked before the sweep; without python3 and matplotlib, bench --plot stops with a message.\n");
+               "It is checked before the sweep; without python3 and matplotlib, bench --plot stops with a message.\n"
+               "\n"
+               "run --kv-cache: the KV-cache call (flash_attn_with_kvcache) on a cache of --seqlen-k rows per sequence,\n"
+               "paged with --page-size P (a multiple of 16 from 16 to 512; pages scattered over a pool), --seqlen\n"
+               "queries per sequence, the cache's last --append N rows written by the call (rotated with\n"
+               "--rotary-dim R). Prints time and K/V read bandwidth; checks every row against the float64\n"
+               "reference (--check-rows 0 skips it: long caches take a while).\n");
 }
 
 }  // namespace

@@ -47,6 +47,15 @@ struct ForwardArgs : AttentionOptions {
   TensorView q, k, v;
   TensorView out;  // same shape and dtype as q
   TensorView lse;  // optional, float32
+  // Paged K/V for variable-length calls (chunked prefill over a paged cache; forward only):
+  // k and v are (num_blocks, page_size, heads_kv, head_dim), block_table (batch, max_blocks)
+  // int32 names the pages of each sequence, whose keys are its first
+  // cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows (or seqused_k[b]). page_size: a multiple of 16
+  // from 16 to 512. See flashattn/kv_cache.hpp for the KV-cache call.
+  TensorView block_table;
+  // Variable length, optional (int32, batch entries): sequence b uses only its first
+  // seqused_k[b] keys.
+  TensorView seqused_k;
 };
 
 struct BackwardArgs : AttentionOptions {

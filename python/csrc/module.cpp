@@ -65,6 +65,11 @@ struct Forward {
   }
 };
 
+struct KvCache {
+  TensorViews views;
+  KvCacheArgs args;
+};
+
 struct Backward {
   TensorViews views;
   BackwardArgs args;
@@ -106,9 +111,29 @@ strides whose last dimension is contiguous; nothing is copied. dtypes f16/bf16 (
 out: like q. lse: float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) packed; optional.
 On the GPU every outer stride must be a multiple of 16 bytes: pad lse rows to 4 floats.
 window_size: (left, right), -1 unbounded; causal is right = 0. softcap: 0 = off.
+block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
+page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)
+int32, packed calls only: sequence b uses its first seqused_k[b] keys.
 stream: a cudaStream_t as an int; by default the current stream of torch or CuPy, else stream 0.
 Raises ValueError / TypeError for bad arguments (nothing written), NotImplementedError for what
 this build does not support.)";
+
+constexpr const char* kForwardKvcacheDoc = R"(Attention over a KV cache, written into `out` (and `lse`).
+
+q: (batch, seqlen_q, heads_q, head_dim). k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv,
+head_dim), or paged (num_blocks, page_size, heads_kv, head_dim) with block_table (batch,
+max_blocks) int32; page_size a multiple of 16 from 16 to 512. cache_seqlens (batch,) int32: rows
+in each cache before the call (None: the whole cache). k, v (batch, seqlen_new, heads_kv,
+head_dim): written into the caches in place at rows cache_seqlens[b] + i. rotary_cos/rotary_sin
+(seqlen_ro, rotary_dim / 2), q's dtype: rotate the new keys (at their rows) and the queries (at
+cache_seqlens[b] + i when causal or local, at cache_seqlens[b] otherwise); rotary_interleaved
+pairs (2j, 2j+1) instead of (j, j + rotary_dim/2). cache_batch_idx (batch,) int32: the cache
+batch of each sequence (contiguous caches). cache_leftpad (batch,) int32: the first cache row of
+each sequence. The queries attend to rows [cache_leftpad[b], cache_seqlens[b] + seqlen_new),
+masks aligned to the bottom-right. num_splits: split-KV count on the GPU (0 = heuristic).
+lse: float32 (batch, heads_q, seqlen_q), optional. Other options as forward(). Raises as
+forward() does; on CPU tensors the index tensors' contents are checked (nothing is written,
+the caches included, on error).)";
 
 constexpr const char* kBackwardDoc = R"(Attention backward, written into caller-provided dq, dk, dv.
 
@@ -148,11 +173,57 @@ NB_MODULE(_C, m) {
 
   m.def(
       "forward",
-      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, FA_OPTION_PARAMS) {
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, FA_OPTION_PARAMS,
+         nb::handle block_table, nb::handle seqused_k) {
         Forward f(q, k, v, out, lse, FA_OPTIONS);
+        f.args.block_table = f.views.input(block_table, "block_table", kOffsetsDType);
+        f.args.seqused_k = f.views.input(seqused_k, "seqused_k", kOffsetsDType);
         run(&flashattn::forward, f.args);
       },
-      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(), FA_OPTION_ARGS, kForwardDoc);
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(), FA_OPTION_ARGS,
+      "block_table"_a = nb::none(), "seqused_k"_a = nb::none(), kForwardDoc);
+
+  m.def(
+      "forward_kvcache",
+      [](nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle out, nb::handle lse, nb::handle k,
+         nb::handle v, nb::handle rotary_cos, nb::handle rotary_sin, nb::handle cache_seqlens,
+         nb::handle cache_batch_idx, nb::handle cache_leftpad, nb::handle block_table, bool rotary_interleaved,
+         std::optional<float> softmax_scale, bool causal, std::pair<int, int> window_size, float softcap,
+         int num_splits, std::optional<std::uintptr_t> stream) {
+        KvCache c;
+        KvCacheArgs& a = c.args;
+        a.q = c.views.input(q, "q", kValueDTypes);
+        const bool appends = !k.is_none();
+        a.k_cache = appends ? c.views.output(k_cache, "k_cache", kValueDTypes)
+                            : c.views.input(k_cache, "k_cache", kValueDTypes);
+        a.v_cache = appends ? c.views.output(v_cache, "v_cache", kValueDTypes)
+                            : c.views.input(v_cache, "v_cache", kValueDTypes);
+        a.out = c.views.output(out, "out", kValueDTypes);
+        a.lse = c.views.output(lse, "lse", kLseDType);
+        a.k_new = c.views.input(k, "k", kValueDTypes);
+        a.v_new = c.views.input(v, "v", kValueDTypes);
+        a.rotary_cos = c.views.input(rotary_cos, "rotary_cos", kValueDTypes);
+        a.rotary_sin = c.views.input(rotary_sin, "rotary_sin", kValueDTypes);
+        a.cache_seqlens = c.views.input(cache_seqlens, "cache_seqlens", kOffsetsDType);
+        a.cache_batch_idx = c.views.input(cache_batch_idx, "cache_batch_idx", kOffsetsDType);
+        a.cache_leftpad = c.views.input(cache_leftpad, "cache_leftpad", kOffsetsDType);
+        a.block_table = c.views.input(block_table, "block_table", kOffsetsDType);
+        a.rotary_interleaved = rotary_interleaved;
+        a.softmax_scale = softmax_scale;
+        a.causal = causal;
+        a.window_left = window_size.first;
+        a.window_right = window_size.second;
+        a.softcap = softcap;
+        a.num_splits = num_splits;
+        a.stream = reinterpret_cast<void*>(stream ? *stream : current_stream(q, a.q));
+        run(&flashattn::forward_kvcache, a);
+      },
+      "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(), "k"_a = nb::none(),
+      "v"_a = nb::none(), "rotary_cos"_a = nb::none(), "rotary_sin"_a = nb::none(), "cache_seqlens"_a = nb::none(),
+      "cache_batch_idx"_a = nb::none(), "cache_leftpad"_a = nb::none(), "block_table"_a = nb::none(),
+      "rotary_interleaved"_a = false, "softmax_scale"_a = nb::none(), "causal"_a = false,
+      "window_size"_a = std::make_pair(-1, -1), "softcap"_a = 0.0f, "num_splits"_a = 0, "stream"_a = nb::none(),
+      kForwardKvcacheDoc);
 
   m.def(
       "backward",

@@ -209,7 +209,8 @@ def test_unimplemented_features_raise_not_implemented():
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
         flash_attn_func(q, q, q, alibi_slopes=torch.ones(2))
     cu = torch.tensor([0, 8], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="block_table"):
+    # Paged K/V is built (test_kvcache.py); packed (not paged) K with a block_table is an error.
+    with pytest.raises(ValueError, match="block_table"):
         flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 8, 8, block_table=torch.zeros(1, 1, dtype=torch.int32))
     with pytest.raises(ValueError, match="dropout_p"):
         flash_attn_func(q, q, q, dropout_p=1.5)

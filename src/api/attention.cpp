@@ -1,6 +1,7 @@
 // Public entry points: validate, then hand the normalized problem to the tensors' backend.
 #include "flashattn/attention.hpp"
 
+#include "api/kv_cache.hpp"
 #include "api/validate.hpp"
 #include "cpu/backend.hpp"
 #include "flashattn/error.hpp"
@@ -24,6 +25,14 @@ void backward(const BackwardArgs& args) {
   if (problem.device == DeviceKind::cpu) return cpu::backward(problem);
 #ifdef FLASHATTN_WITH_CUDA
   cuda::backward(problem);
+#endif
+}
+
+void forward_kvcache(const KvCacheArgs& args) {
+  detail::KvCachePlan plan = detail::make_kvcache_plan(args);
+  if (plan.problem.device == DeviceKind::cpu) return detail::run_kvcache_cpu(plan, /*reference=*/false);
+#ifdef FLASHATTN_WITH_CUDA
+  cuda::forward_kvcache(plan.problem, plan.append);
 #endif
 }
 
@@ -54,6 +63,12 @@ static void require_cpu(const TensorView& q) {
 void forward(const ForwardArgs& args) {
   require_cpu(args.q);
   cpu::reference_forward(detail::make_forward_problem(args));
+}
+
+void forward_kvcache(const KvCacheArgs& args) {
+  require_cpu(args.q);
+  detail::KvCachePlan plan = detail::make_kvcache_plan(args);
+  detail::run_kvcache_cpu(plan, /*reference=*/true);
 }
 
 void backward(const BackwardArgs& args) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "api/kv_cache.hpp"
 #include "flashattn/error.hpp"
 
 namespace flashattn::detail {
@@ -281,6 +282,7 @@ RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, co
 }  // namespace
 
 ForwardProblem make_forward_problem(const ForwardArgs& a) {
+  if (a.block_table.present() || a.seqused_k.present()) return make_paged_forward_problem(a);  // api/kv_cache.cpp
   const Layout L = check_inputs(a, a.q, a.k, a.v);
   check_like("out", a.out, a.q, "q");
   ForwardProblem p;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/host_device.hpp"
+#include "common/kv_layout.hpp"
 #include "flashattn/tensor.hpp"
 
 namespace flashattn::detail {
@@ -55,6 +56,9 @@ struct Problem {
   bool causal = false;
 
   SeqTensor q, k, v;
+  // Where each sequence's keys come from (common/kv_layout.hpp): pages, per-sequence lengths,
+  // starts and cache batches. Empty (kv.any() false) for plain calls; forward only.
+  KvMap kv;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool is_local() const { return window_left >= 0 || window_right >= 0; }
@@ -64,6 +68,7 @@ struct Problem {
 struct ForwardProblem : Problem {
   SeqTensor out;
   RowVector lse;  // lse.data == nullptr: not requested
+  int num_splits = 0;  // split-KV count asked for by the caller; 0 = the backend's heuristic
 };
 
 struct BackwardProblem : Problem {

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "common/numeric.hpp"
+#include "common/kv_layout.hpp"
 #include "common/problem.hpp"
 
 namespace flashattn::cpu {
@@ -23,16 +24,33 @@ inline void store(DType dtype, void* base, std::int64_t index, float value) {
   }
 }
 
-// Where sequence b's rows are and how many there are.
+// Where sequence b's rows are and how many there are. K/V rows go through kv_layout.hpp:
+// offset_k is a storage row of K/V batch kv_batch (or of the sequence's pages).
 struct Sequence {
   int rows_q, rows_k;
   std::int64_t offset_q, offset_k;  // row offsets into packed (varlen) tensors; 0 otherwise
+  int kv_batch = 0;                 // the batch of K/V (cache_batch_idx); b otherwise
 };
 
 inline Sequence sequence(const detail::Problem& p, int b) {
-  if (!p.is_varlen()) return {p.seqlen_q, p.seqlen_k, 0, 0};
-  return {p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b], p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b],
-          p.cu_seqlens_q[b], p.cu_seqlens_k[b]};
+  Sequence s = !p.is_varlen()
+                   ? Sequence{p.seqlen_q, p.seqlen_k, 0, 0, b}
+                   : Sequence{p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b], p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b],
+                              p.cu_seqlens_q[b], p.cu_seqlens_k[b], b};
+  if (p.kv.any()) {
+    const detail::KvSpan span = detail::kv_span(p.kv, b, s.rows_k, s.offset_k);
+    s.rows_k = span.len_k;
+    s.offset_k = span.offset_k;
+    s.kv_batch = span.kv_batch;
+  }
+  return s;
+}
+
+// Index of element (key row, h, 0) of K or V (`t` is p.k or p.v) for sequence b.
+inline std::int64_t kv_index(const detail::Problem& p, const detail::SeqTensor& t, int b, const Sequence& s, int row,
+                             int h) {
+  return detail::kv_element(p.kv.pages, t.batch_stride, t.seq_stride, t.head_stride, b, s.kv_batch,
+                            s.offset_k + row, h);
 }
 
 // Index of element (b, row, h, 0) of a (batch, seq, heads, dim) operand; row counts from the

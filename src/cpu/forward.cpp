@@ -54,8 +54,8 @@ void forward_block(const detail::ForwardProblem& p, const Task& task, Workspace&
   const int row0 = task.block * kQueryBlock;
   const int rows = std::min(kQueryBlock, seq.rows_q - row0);
   const RowsView q = rows_view(p.dtype, p.q, task.batch, seq.offset_q, task.head);
-  const RowsView k = rows_view(p.dtype, p.k, task.batch, seq.offset_k, kv_head);
-  const RowsView v = rows_view(p.dtype, p.v, task.batch, seq.offset_k, kv_head);
+  const RowsView k = kv_rows_view(p, p.k, task.batch, seq, kv_head);
+  const RowsView v = kv_rows_view(p, p.v, task.batch, seq, kv_head);
   const RowsView out = rows_view(p.dtype, p.out, task.batch, seq.offset_q, task.head);
   const QueryBlockKeys<kQueryBlock> keys(p, seq, row0, rows);
 
@@ -68,7 +68,7 @@ void forward_block(const detail::ForwardProblem& p, const Task& task, Workspace&
     const int n = std::min(kKeyBlock, keys.key_end - key0);
     // The product only broadcasts elements of K: fp32 keys are read in place, others converted.
     StridedMatrix k_rows{ws.k.data(), head_dim, 1};
-    if (p.dtype == DType::f32)
+    if (p.dtype == DType::f32 && k.contiguous())
       k_rows = {static_cast<const float*>(k.data) + k.first + key0 * k.row_stride, k.row_stride, 1};
     else
       load_tile(k, key0, n, n, head_dim, ws.k.data(), head_dim);

@@ -35,7 +35,7 @@ void scores_row(const Problem& p, int b, const Sequence& s, int h, int i, std::v
   score.assign(s.rows_k, kNegInf);
   tanh_out.assign(s.rows_k, 0.0);
   for (int j = range.begin; j < range.end; ++j) {
-    const std::int64_t kj = row_index(p.k, b, s.offset_k, j, hk);
+    const std::int64_t kj = kv_index(p, p.k, b, s, j, hk);
     double dot = 0;
     if (round_to) {  // the baseline accumulates in float, as tensor cores and fp32 code do
       float acc = 0;
@@ -100,7 +100,7 @@ void reference_forward(const detail::ForwardProblem& p, std::optional<DType> rou
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int j = 0; j < s.rows_k; ++j) {
         if (prob[j] == 0) continue;
-        const std::int64_t vj = row_index(p.v, b, s.offset_k, j, hk);
+        const std::int64_t vj = kv_index(p, p.v, b, s, j, hk);
         for (int d = 0; d < p.head_dim; ++d) acc[d] += prob[j] * load(p.dtype, p.v.data, vj + d);
       }
       const std::int64_t oi = row_index(p.out, b, s.offset_q, i, h);
@@ -128,7 +128,7 @@ void reference_backward(const detail::BackwardProblem& p, std::optional<DType> r
         dp.assign(s.rows_k, 0.0);
         for (int j = 0; j < s.rows_k; ++j) {
           if (prob[j] == 0) continue;
-          const std::int64_t vj = row_index(p.v, b, s.offset_k, j, hk);
+          const std::int64_t vj = kv_index(p, p.v, b, s, j, hk);
           double dot = 0;
           float dot_f = 0;  // the baseline's float accumulation
           for (int d = 0; d < D; ++d) {
@@ -147,7 +147,7 @@ void reference_backward(const detail::BackwardProblem& p, std::optional<DType> r
           double ds = prob[j] * (dp[j] - delta);
           if (p.softcap > 0) ds *= 1.0 - th[j] * th[j];
           ds = rounded(ds, round_to) * p.scale;
-          const std::int64_t kj = row_index(p.k, b, s.offset_k, j, hk);
+          const std::int64_t kj = kv_index(p, p.k, b, s, j, hk);
           for (int d = 0; d < D; ++d) {
             dq[d] += ds * load(p.dtype, p.k.data, kj + d);
             dk[std::size_t(j) * D + d] += ds * load(p.dtype, p.q.data, qi + d);

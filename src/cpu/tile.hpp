@@ -34,16 +34,35 @@ struct CacheAlignedAllocator {
 };
 using FloatBuffer = std::vector<float, CacheAlignedAllocator<float>>;
 
-// The rows of one head of one sequence: row r starts at element first + r * row_stride.
+// The rows of one head of one sequence: row r starts at element at(r), which is
+// first + r * row_stride, or for paged K/V (pages != null) the row's place in its page.
 struct RowsView {
   DType dtype;
   void* data;
   std::int64_t first;
   std::int64_t row_stride;
+  const std::int32_t* pages = nullptr;  // the sequence's row of block_table
+  int page_size = 0;
+  std::int64_t page_stride = 0;
+  std::int64_t row0 = 0;  // paged: the storage row of row 0
+
+  std::int64_t at(std::int64_t row) const {
+    if (pages == nullptr) return first + row * row_stride;
+    const std::int64_t r = row0 + row;
+    return first + std::int64_t(pages[r / page_size]) * page_stride + (r % page_size) * row_stride;
+  }
+  bool contiguous() const { return pages == nullptr; }
 };
 
 inline RowsView rows_view(DType dtype, const detail::SeqTensor& t, int b, std::int64_t row_offset, int h) {
   return {dtype, t.data, row_index(t, b, row_offset, 0, h), t.seq_stride};
+}
+
+// The key rows of one KV head of sequence b (`t` is p.k or p.v), through kv_layout.hpp.
+inline RowsView kv_rows_view(const detail::Problem& p, const detail::SeqTensor& t, int b, const Sequence& s, int h) {
+  if (!p.kv.paged()) return {p.dtype, t.data, kv_index(p, t, b, s, 0, h), t.seq_stride};
+  return {p.dtype, t.data, std::int64_t(h) * t.head_stride, t.seq_stride,
+          p.kv.pages.block_table + b * p.kv.pages.table_stride, p.kv.pages.page_size, t.batch_stride, s.offset_k};
 }
 
 // dst[0, count) = src elements [index, index + count) as fp32. Each loop is branch-free so
@@ -78,7 +97,7 @@ inline void convert_to_float(DType dtype, const void* base, std::int64_t index, 
 
 // Writes count values (times `scale`) rounded to the view's dtype.
 inline void store_row(const RowsView& view, int row, const float* src, int count, float scale) {
-  const std::int64_t index = view.first + row * view.row_stride;
+  const std::int64_t index = view.at(row);
   if (view.dtype == DType::f32) {
     float* dst = static_cast<float*>(view.data) + index;
     for (int i = 0; i < count; ++i) dst[i] = src[i] * scale;
@@ -93,7 +112,7 @@ inline void load_tile(const RowsView& view, int row0, int rows, int rows_padded,
                       int width) {
   for (int r = 0; r < rows; ++r) {
     float* dst = tile + std::int64_t(r) * width;
-    convert_to_float(view.dtype, view.data, view.first + std::int64_t(row0 + r) * view.row_stride, head_dim, dst);
+    convert_to_float(view.dtype, view.data, view.at(row0 + r), head_dim, dst);
     std::fill(dst + head_dim, dst + width, 0.0f);
   }
   std::fill(tile + std::int64_t(rows) * width, tile + std::int64_t(rows_padded) * width, 0.0f);
@@ -104,8 +123,7 @@ inline void load_tile(const RowsView& view, int row0, int rows, int rows_padded,
 inline void load_tile_transposed(const RowsView& view, int row0, int rows, int rows_padded, int head_dim,
                                  float scale, float* tile, float* scratch) {
   for (int r = 0; r < rows; ++r) {
-    convert_to_float(view.dtype, view.data, view.first + std::int64_t(row0 + r) * view.row_stride, head_dim,
-                     scratch);
+    convert_to_float(view.dtype, view.data, view.at(row0 + r), head_dim, scratch);
     for (int d = 0; d < head_dim; ++d) tile[std::int64_t(d) * rows_padded + r] = scratch[d] * scale;
   }
   for (int d = 0; d < head_dim; ++d)

@@ -15,6 +15,8 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/stream_workspace.cuh"
+#include "cuda/kv_append.cuh"
 #include "cuda/sm80/api.hpp"
 #include "cuda/sm90/api.hpp"
 
@@ -163,7 +165,37 @@ void forward(const detail::ForwardProblem& p) {
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
   const bool decoding = p.seqlen_q <= kDecodeMaxQueryRows;
-  const Family family = choose_family(p, "forward", cc, sm90::supports_forward(p), !decoding);
+  // Paged K/V and per-sequence key ranges (p.kv) run on the sm80 family: its loaders address K/V
+  // row by row through common/kv_layout.hpp; the sm90 forward's TMA boxes do not (yet).
+  const bool sm90_supports = !p.kv.any() && sm90::supports_forward(p);
+  const Family family = choose_family(p, "forward", cc, sm90_supports, !decoding);
+  if (!run_instance(family, p)) throw_not_built(p, "forward", cc);
+}
+
+void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppend& append) {
+  DeviceGuard guard(problem.device_index);
+  const int cc = compute_capability(problem.device_index);
+  // The family first: an unbuilt kernel is reported before the cache is written.
+  const Family family = choose_family(problem, "forward", cc, false, false);
+  // The sm80 grid's limits (sm80/forward_launch.cuh), checked here too: after the append the
+  // cache has been written.
+  if (problem.batch > 65535 || problem.heads_q > 65535)
+    throw Error(ErrorKind::unsupported, problem.batch > 65535 ? "batch" : "heads",
+                "at most 65535 on the sm80 forward's grid",
+                std::to_string(problem.batch > 65535 ? problem.batch : problem.heads_q));
+  detail::ForwardProblem p = problem;
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const std::size_t q_bytes = append.rotates() ? std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim *
+                                                     element_size(p.dtype)
+                                               : 0;
+  WorkspacePlan plan;
+  const std::size_t q_offset = plan.add<char>(q_bytes);
+  StreamWorkspace workspace(plan.bytes(), stream);  // freed in stream order after the attention
+  void* q_rotated = q_bytes ? workspace.at<char>(q_offset) : nullptr;
+  launch_kv_append(p, append, q_rotated);
+  if (q_rotated != nullptr)
+    p.q = {q_rotated, std::int64_t(p.seqlen_q) * p.heads_q * p.head_dim, std::int64_t(p.heads_q) * p.head_dim,
+           p.head_dim};
   if (!run_instance(family, p)) throw_not_built(p, "forward", cc);
 }
 

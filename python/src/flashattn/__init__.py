@@ -21,6 +21,7 @@ from ._C import (
     built_with_cuda,
     cuda_available,
     forward,
+    forward_kvcache,
     reference_backward,
     reference_forward,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "cmake_prefix_path",
     "cuda_available",
     "forward",
+    "forward_kvcache",
     "reference_backward",
     "reference_forward",
 ]

@@ -10,8 +10,14 @@ variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse 
 (batch, nheads, seqlen_q), or (nheads, total_q) packed, contiguous. Outputs are allocated here;
 CUDA work runs on the current stream; CPU tensors run on flashattn's CPU backend.
 
-Differences from flash-attn: dropout (dropout_p > 0), ALiBi (alibi_slopes) and paged KV
-(block_table) are not implemented and raise NotImplementedError. return_attn_probs=True returns
+flash_attn_with_kvcache serves models: attention over a KV cache, contiguous or paged
+(block_table, pages of any multiple of 16 tokens from 16 to 512), with the new tokens' keys and
+values appended in place and rotary embeddings applied in the same call.
+flash_attn_varlen_func(..., block_table=...) attends packed queries to a paged cache
+(inference only: no gradient flows to the pages).
+
+Differences from flash-attn: dropout (dropout_p > 0) and ALiBi (alibi_slopes) are not
+implemented and raise NotImplementedError. return_attn_probs=True returns
 (out, softmax_lse, None): the probabilities are never formed (flash-attn also returns None there
 without dropout). As in flash-attn, no gradient flows through softmax_lse.
 
@@ -30,12 +36,14 @@ from torch import Tensor
 from . import _C
 
 __all__ = [
+    "KvCacheBoundsError",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
     "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
 ]
 
 # ---- the two operations: allocate the outputs, let the library write them --------------------
@@ -182,7 +190,7 @@ def _last_dim_contiguous(x: Tensor, name: str) -> Tensor:
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-               return_lse, block_table=None) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
+               return_lse, block_table=None, seqused_k=None) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
     """(out, lse); lse is None where neither the caller nor autograd needs it."""
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"flashattn: dropout_p: expected a probability in [0, 1), got {dropout_p}")
@@ -190,9 +198,10 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 (dropout is not implemented), got {dropout_p}")
     if alibi_slopes is not None:
         raise NotImplementedError("flashattn: alibi_slopes: expected None (ALiBi is not implemented), got a tensor")
-    if block_table is not None:
-        raise NotImplementedError("flashattn: block_table: expected None (paged KV is not implemented), got a tensor")
     window_left, window_right = window_size
+    if block_table is not None or seqused_k is not None:
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                             causal, window_left, window_right, softcap, block_table, seqused_k, return_lse)
     inputs = (
         _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v"),
         cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
@@ -204,6 +213,134 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _EagerAttention.apply(*inputs)
     return _forward(*inputs) if return_lse else (_forward_without_lse(*inputs), None)
+
+
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                  window_left, window_right, softcap, block_table, seqused_k, return_lse):  # fmt: skip
+    """The varlen forward over paged K/V (or with seqused_k): inference only, no autograd."""
+    q, k, v = _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v")
+    if block_table is not None and cu_seqlens_k is not None and k.dim() == 4:
+        lengths = seqused_k if seqused_k is not None else cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+        _check_pages_fit(lengths, 0, block_table, k.shape[1])
+    if causal:
+        window_right = 0
+    out = torch.empty_like(q)
+    lse = _empty_lse(q, True) if return_lse else None
+    _C.forward(
+        q, k, v, out, lse,
+        softmax_scale=None if softmax_scale is None else float(softmax_scale), causal=bool(causal),
+        window_size=(int(window_left), int(window_right)), softcap=float(softcap),
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=int(max_seqlen_q),
+        max_seqlen_k=int(max_seqlen_k), block_table=block_table, seqused_k=seqused_k,
+    )  # fmt: skip
+    return out, lse
+
+
+class KvCacheBoundsError(ValueError, RuntimeError):
+    """A paged cache's block_table has too few pages for a sequence (flash-attn raises RuntimeError
+    there; this is both a ValueError, as flashattn's argument errors are, and a RuntimeError)."""
+
+
+def _check_pages_fit(lengths: Tensor, appended: int, block_table: Tensor, page_size: int) -> None:
+    """Raises KvCacheBoundsError when a sequence needs more rows than its row of block_table
+    holds (flash-attn's check). On CUDA tensors this reads one number back (a synchronization),
+    as flash-attn does on its paged path; skipped while a CUDA graph is captured or compiled."""
+    if not isinstance(lengths, Tensor) or not isinstance(block_table, Tensor) or block_table.dim() != 2:
+        return  # the library reports malformed arguments
+    if lengths.numel() == 0 or torch.compiler.is_compiling():
+        return
+    if lengths.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    capacity = block_table.shape[1] * int(page_size)
+    longest = int(lengths.max().item()) + appended
+    if longest > capacity:
+        raise KvCacheBoundsError(
+            f"flashattn: cache_seqlens: expected every sequence (with {appended} appended rows) to fit the pages "
+            f"of block_table (max_blocks {block_table.shape[1]} * page_size {page_size} = {capacity} rows), "
+            f"got a sequence of {longest} rows"
+        )
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):  # fmt: skip
+    """Attention over a KV cache, appending new keys/values and applying rotary in one call.
+
+    q: (batch, seqlen_q, nheads, headdim): 1 query per sequence (decoding) or more (speculative
+    decoding, chunked prefill). k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim),
+    or paged (num_blocks, page_block_size, nheads_k, headdim) with block_table (batch,
+    max_num_blocks_per_seq) int32; page_block_size a multiple of 16 from 16 to 512.
+    k, v (batch, seqlen_new, nheads_k, headdim), optional: written into the caches in place at
+    rows cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1, before the attention.
+    rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2), optional (requires k): the new keys are
+    rotated at their rows; q at cache_seqlens[b] + i if causal or local, at cache_seqlens[b]
+    otherwise. rotary_interleaved: pairs (2j, 2j+1) (GPT-J) rather than (j, j + rotary_dim/2)
+    (GPT-NeoX). cache_seqlens: int or (batch,) int32, the rows in each cache before the call
+    (None: the whole cache). cache_batch_idx (batch,) int32: the cache batch of each sequence
+    (contiguous caches). cache_leftpad (batch,) int32: the first cache row of each sequence.
+    The queries attend to rows [cache_leftpad[b], cache_seqlens[b] + seqlen_new), causal and
+    window masks aligned to the bottom-right (causal sets window_size[1] to 0, as flash-attn).
+    num_splits: split-KV count on the GPU (0 = flashattn's heuristic). alibi_slopes is not
+    implemented (NotImplementedError). Returns out (batch, seqlen_q, nheads, headdim), or
+    (out, softmax_lse) with return_softmax_lse=True; softmax_lse float32 (batch, nheads, seqlen_q).
+    No gradient flows through this function.
+    """
+    if alibi_slopes is not None:
+        raise NotImplementedError(
+            "flashattn: alibi_slopes: expected None (ALiBi is not implemented in flash_attn_with_kvcache), got a tensor"
+        )
+    if (k is None) != (v is None):
+        raise ValueError(f"flashattn: {'v' if k is not None else 'k'}: expected k and v both given or both None, got one")
+    q = _last_dim_contiguous(q, "q")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        # Never copied: the append writes into the caller's cache.
+        if _last_dim_contiguous(cache, name) is not cache:
+            raise ValueError(f"flashattn: {name}.stride[-1]: expected 1 (the cache is written in place), "
+                             f"got {cache.stride(-1)}")
+    if k is not None:
+        k, v = _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v")
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    window_left, window_right = (int(w) for w in window_size)
+    if causal:
+        window_right = 0
+    if block_table is not None and cache_seqlens is not None and k_cache.dim() == 4:
+        _check_pages_fit(cache_seqlens, 0 if k is None else k.shape[1], block_table, k_cache.shape[1])
+    out = torch.empty_like(q)
+    lse = _empty_lse(q, False) if return_softmax_lse else None
+    with torch.no_grad():
+        _C.forward_kvcache(
+            q, k_cache, v_cache, out, lse,
+            k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_seqlens=cache_seqlens,
+            cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+            rotary_interleaved=bool(rotary_interleaved),
+            softmax_scale=None if softmax_scale is None else float(softmax_scale), causal=bool(causal),
+            window_size=(window_left, window_right), softcap=float(softcap), num_splits=int(num_splits),
+        )  # fmt: skip
+    return (out, lse) if return_softmax_lse else out
+
+
+def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size_left=-1, window_size_right=-1,
+                               softcap=0.0, alibi_slopes=None, return_softmax=False, block_table=None,
+                               leftpad_k=None, seqused_k=None, zero_tensors=False, num_splits=0):  # fmt: skip
+    """flash-attn's internal varlen forward (flash_attn.flash_attn_interface), which its tests
+    call directly: returns (out, softmax_lse, None, None). num_splits: 0 or 1 (the varlen forward
+    chooses its own splits; flash-attn also rejects more than 1 there); leftpad_k is not
+    implemented; no gradient flows."""
+    if num_splits > 1:
+        raise NotImplementedError(
+            f"flashattn: num_splits: expected 0 or 1 (num_splits > 1 is not supported by the varlen forward), got {num_splits}"
+        )
+    if leftpad_k is not None:
+        raise NotImplementedError("flashattn: leftpad_k: expected None (use flash_attn_with_kvcache's cache_leftpad)")
+    with torch.no_grad():
+        out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                              softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
+                              False, True, block_table, seqused_k)  # fmt: skip
+    return out, lse, None, None
 
 
 # ---- flash-attn's functions -------------------------------------------------------------------
@@ -228,18 +365,22 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None):  # fmt: skip
+                           return_attn_probs=False, block_table=None, seqused_k=None):  # fmt: skip
     """Attention over sequences of different lengths, packed along the first dimension.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim). cu_seqlens_q/k: int32
     (batch + 1,) offsets of each sequence, on q's device; max_seqlen_q/k: the longest sequence.
+    block_table (batch, max_blocks) int32: k and v are a paged cache (num_blocks, page_size,
+    nheads_k, headdim), sequence b's keys its first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows
+    (or seqused_k[b]); inference only. seqused_k (batch,) int32: sequence b uses only its first
+    seqused_k[b] keys.
     Returns out (total_q, nheads, headdim), or (out, softmax_lse, None) with
     return_attn_probs=True; softmax_lse is float32 (nheads, total_q). Other arguments as
     flash_attn_func.
     """
     out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                           softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                          return_attn_probs, block_table)  # fmt: skip
+                          return_attn_probs, block_table, seqused_k)  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
 

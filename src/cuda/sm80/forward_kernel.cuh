@@ -97,10 +97,19 @@ __global__ void __launch_bounds__(Traits::kThreads)
   const Element* q_base = static_cast<const Element*>(params.q);
   Element* out_base = static_cast<Element*>(params.out);
   const int kv_head = blk.kv_head(params);
+  // K/V: the sequence's first row (contiguous), or its head within a page (paged: rows are
+  // placed through the block table, common/kv_layout.hpp, in load_kv_tile).
+  // Nothing paging needs is held in registers across the loop: load_kv_tile reads the block
+  // table's address from the parameters (ptxas -v: holding it cost the prefill tile 8 more bytes
+  // of spill stores).
   const Element* k_seq = static_cast<const Element*>(params.k) +
-                         element_index(params.k_layout, blk.batch, blk.seq.offset_k, 0, kv_head);
+                         (params.kv.paged()
+                              ? std::int64_t(kv_head) * params.k_layout.head_stride
+                              : element_index(params.k_layout, blk.seq.kv_batch, blk.seq.offset_k, 0, kv_head));
   const Element* v_seq = static_cast<const Element*>(params.v) +
-                         element_index(params.v_layout, blk.batch, blk.seq.offset_k, 0, kv_head);
+                         (params.kv.paged()
+                              ? std::int64_t(kv_head) * params.v_layout.head_stride
+                              : element_index(params.v_layout, blk.seq.kv_batch, blk.seq.offset_k, 0, kv_head));
   // Element index of row r of the tile in Q or O with query heads packed into rows.
   auto packed_row_index = [&](const detail::SeqTensor& layout, int r) {  // r: row within the tile
     const int row = blk.row0 + r;
@@ -207,8 +216,30 @@ __global__ void __launch_bounds__(Traits::kThreads)
   // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
   // (docs/log/sm80-forward.md, 2026-11-26: K/V tile addresses).
   const int kv_row0 = get<0>(tKVc(0, 0, 0)), kv_col0 = get<1>(tKVc(0, 0, 0));
-  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, std::int64_t seq_stride, int tile) {
+  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile) {
+    const std::int64_t seq_stride = layout.seq_stride;
     const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
+    if (params.kv.paged()) {
+      // Each row from its page: page = block_table[row / page_size] (rows past the sequence are
+      // zero-filled and look nothing up).
+      const int page_size = params.kv.pages.page_size;
+      const std::int32_t* page_row = params.kv.pages.block_table + blk.batch * params.kv.pages.table_stride;
+      CUTE_UNROLL
+      for (int m = 0; m < size<1>(tKVc); ++m) {
+        const int key = first_key + get<0>(tKVc(0, m, 0)) - kv_row0;
+        const bool valid = key < blk.seq.len_k;
+        const Element* row_ptr = seq_base;
+        if (valid) {
+          const int row = int(blk.seq.offset_k) + key;
+          row_ptr += std::int64_t(page_row[row / page_size]) * layout.batch_stride + (row % page_size) * seq_stride +
+                     kv_col0;
+        }
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tKVc); ++k)
+          cp_async_16(&smem_part(0, m, k), row_ptr + (valid ? get<1>(tKVc(0, m, k)) - kv_col0 : 0), valid);
+      }
+      return;
+    }
     const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
     CUTE_UNROLL
     for (int m = 0; m < size<1>(tKVc); ++m) {
@@ -248,7 +279,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   warp_has_rows = __any_sync(0xffffffffu, warp_has_rows);
 
   // ---- main loop over key tiles, last to first ---------------------------------------------
-  load_kv_tile(tKsK, k_seq, params.k_layout.seq_stride, blk.tiles.end - 1);
+  load_kv_tile(tKsK, k_seq, params.k_layout, blk.tiles.end - 1);
   cp_async_commit();
   OnlineSoftmax<kRows> softmax;
 
@@ -257,7 +288,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     clear(acc_s);
     cp_async_wait<0>();  // K(tile) (and Q) landed
     __syncthreads();     // ...for every thread, and every warp is done reading V(tile + 1)
-    load_kv_tile(tVsV, v_seq, params.v_layout.seq_stride, tile);
+    load_kv_tile(tVsV, v_seq, params.v_layout, tile);
     cp_async_commit();
 
     Tensor scores = rowcol_view(acc_s);
@@ -287,7 +318,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     cp_async_wait<0>();  // V(tile) landed
     __syncthreads();     // ...for every thread, and every warp is done reading K(tile)
     if (tile > blk.tiles.begin) {
-      load_kv_tile(tKsK, k_seq, params.k_layout.seq_stride, tile - 1);
+      load_kv_tile(tKsK, k_seq, params.k_layout, tile - 1);
       cp_async_commit();
     }
 

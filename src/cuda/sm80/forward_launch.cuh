@@ -36,6 +36,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
   f.lse_layout = p.lse;
   f.cu_seqlens_q = p.cu_seqlens_q;
   f.cu_seqlens_k = p.cu_seqlens_k;
+  f.kv = p.kv;
   f.batch = p.batch;
   f.heads_q = p.heads_q;
   f.heads_kv = p.heads_kv;
@@ -173,9 +174,9 @@ void run_forward(const detail::ForwardProblem& problem) {
   params.pack = choose_pack(problem, kPrefill);
   if (use_decode_tiles(problem, params.pack, kDecode) ||
       short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack))
-    launch_forward<DecodeTraits>(problem, params, problem.device_index);
+    launch_forward<DecodeTraits>(problem, params, problem.device_index, problem.num_splits);
   else
-    launch_forward<PrefillTraits>(problem, params, problem.device_index);
+    launch_forward<PrefillTraits>(problem, params, problem.device_index, problem.num_splits);
 }
 
 }  // namespace flashattn::cuda::sm80

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/host_device.hpp"
+#include "common/kv_layout.hpp"
 #include "common/problem.hpp"
 #include "cuda/common/tile_order.cuh"
 
@@ -19,6 +20,8 @@ struct ForwardParams {
   detail::RowVector lse_layout;
   const std::int32_t* cu_seqlens_q;  // null unless variable length
   const std::int32_t* cu_seqlens_k;
+  // Paged K/V and per-sequence key ranges (common/kv_layout.hpp); kv.any() false otherwise.
+  detail::KvMap kv;
 
   int batch, heads_q, heads_kv, group;
   int seqlen_q, seqlen_k;  // variable length: the maxima
@@ -49,16 +52,27 @@ struct ForwardParams {
 };
 
 // Where sequence b's rows are and how many there are.
+// K/V rows: storage rows offset_k.. of K/V batch kv_batch, or of the sequence's pages.
 struct SequenceSpan {
   int len_q, len_k;
   std::int64_t offset_q, offset_k;  // row offsets into packed variable-length tensors
+  int kv_batch;
 };
 
 FA_HOST_DEVICE SequenceSpan sequence_span(const ForwardParams& p, int b) {
-  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, p.seqlen_k, 0, 0};
-  const int q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
-  const int k0 = p.cu_seqlens_k[b], k1 = p.cu_seqlens_k[b + 1];
-  return {q1 - q0, k1 - k0, q0, k0};
+  SequenceSpan s{p.seqlen_q, p.seqlen_k, 0, 0, b};
+  if (p.cu_seqlens_q != nullptr) {
+    const int q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
+    const int k0 = p.cu_seqlens_k[b], k1 = p.cu_seqlens_k[b + 1];
+    s = {q1 - q0, k1 - k0, q0, k0, b};
+  }
+  if (p.kv.any()) {
+    const detail::KvSpan kv = detail::kv_span(p.kv, b, s.len_k, s.offset_k);
+    s.len_k = kv.len_k;
+    s.offset_k = kv.offset_k;
+    s.kv_batch = kv.kv_batch;
+  }
+  return s;
 }
 
 // Index of element (b, row, h, 0) of a (batch, seq, heads, dim) operand.

@@ -1,0 +1,120 @@
+// The append + rotary step of a KV-cache call (kv_append.cuh).
+//
+// A separate kernel rather than a fusion into the attention kernel (flash-attn fuses it into its
+// split-KV kernel). It moves a few kilobytes (b x seqlen_new x heads_kv x d x 2 elements, plus
+// the queries) and costs about one kernel boundary: ~2-4 us against the attention's ~25 us at
+// KV 4k and ~100 us at 16k (b = 8, 8 KV heads, d = 128, H100/H200). That is within the 5%
+// target from KV ~16k but not at 4k; fusing the rotation into the forward kernel's Q and last
+// K/V tile loads is the follow-up that would close it (docs/kernels/kv-cache.md).
+#include "cuda/kv_append.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/kv_layout.hpp"
+#include "cuda/common/check.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+template <class T>
+__device__ float to_float(T x);
+template <>
+__device__ float to_float(__half x) { return __half2float(x); }
+template <>
+__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ T from_float(float x);
+template <>
+__device__ __half from_float(float x) { return __float2half_rn(x); }
+template <>
+__device__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+
+struct AppendParams {
+  detail::ForwardProblem p;
+  detail::KvAppend a;
+  void* q_rotated;
+  int key_rows;    // batch * seqlen_new * heads_kv rows to append
+  int query_rows;  // batch * seqlen_q * heads_q rows to rotate (0: none)
+};
+
+// Copies one row of head_dim elements from src to dst, rotating [0, rotary_dim) at `position`
+// when rotate is set. Each thread takes element pairs (or single elements past rotary_dim).
+template <class T>
+__device__ void copy_row(const AppendParams& P, const T* src, T* dst, int position, bool rotate) {
+  const int d = P.p.head_dim;
+  const int half = P.a.rotary_dim / 2;
+  const int rotated = rotate ? P.a.rotary_dim : 0;
+  for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    if (e < rotated) {
+      // The pair's first element does the work.
+      const bool first = P.a.interleaved ? (e % 2 == 0) : (e < half);
+      if (!first) continue;
+      const int j = P.a.interleaved ? e / 2 : e;
+      const int e1 = P.a.interleaved ? e + 1 : e + half;
+      const T* cos = static_cast<const T*>(P.a.cos) + std::int64_t(position) * P.a.cos_stride;
+      const T* sin = static_cast<const T*>(P.a.sin) + std::int64_t(position) * P.a.sin_stride;
+      float x[2] = {to_float(src[e]), to_float(src[e1])};
+      const float c = to_float(cos[j]), s = to_float(sin[j]);
+      dst[e] = from_float<T>(x[0] * c - x[1] * s);
+      dst[e1] = from_float<T>(x[0] * s + x[1] * c);
+    } else {
+      dst[e] = src[e];
+    }
+  }
+}
+
+// One CTA per row: the first key_rows CTAs append (b, i, h) of k_new/v_new, the rest rotate
+// query rows.
+template <class T>
+__global__ void kv_append_kernel(const __grid_constant__ AppendParams P) {
+  int r = blockIdx.x;
+  const detail::ForwardProblem& p = P.p;
+  if (r < P.key_rows) {
+    const int h = r % p.heads_kv;
+    r /= p.heads_kv;
+    const int i = r % P.a.seqlen_new, b = r / P.a.seqlen_new;
+    const int position = P.a.cache_seqlens[b] + i;
+    const int kv_batch = p.kv.batch_index ? p.kv.batch_index[b] : b;
+    const std::int64_t kd =
+        detail::kv_element(p.kv.pages, p.k.batch_stride, p.k.seq_stride, p.k.head_stride, b, kv_batch, position, h);
+    const std::int64_t vd =
+        detail::kv_element(p.kv.pages, p.v.batch_stride, p.v.seq_stride, p.v.head_stride, b, kv_batch, position, h);
+    const auto src = [&](const detail::SeqTensor& t) {
+      return static_cast<const T*>(t.data) + b * t.batch_stride + std::int64_t(i) * t.seq_stride + std::int64_t(h) * t.head_stride;
+    };
+    copy_row<T>(P, src(P.a.k_new), static_cast<T*>(p.k.data) + kd, position, P.a.rotates());
+    copy_row<T>(P, src(P.a.v_new), static_cast<T*>(p.v.data) + vd, position, false);
+    return;
+  }
+  r -= P.key_rows;
+  const int h = r % p.heads_q;
+  r /= p.heads_q;
+  const int i = r % p.seqlen_q, b = r / p.seqlen_q;
+  const T* src = static_cast<const T*>(p.q.data) + b * p.q.batch_stride + std::int64_t(i) * p.q.seq_stride +
+                 std::int64_t(h) * p.q.head_stride;
+  T* dst = static_cast<T*>(P.q_rotated) + ((std::int64_t(b) * p.seqlen_q + i) * p.heads_q + h) * p.head_dim;
+  copy_row<T>(P, src, dst, P.a.query_position(b, i), true);
+}
+
+}  // namespace
+
+void launch_kv_append(const detail::ForwardProblem& p, const detail::KvAppend& a, void* q_rotated) {
+  const long long key_rows = a.appends() ? static_cast<long long>(p.batch) * a.seqlen_new * p.heads_kv : 0;
+  const long long query_rows =
+      a.rotates() && q_rotated != nullptr ? static_cast<long long>(p.batch) * p.seqlen_q * p.heads_q : 0;
+  const long long rows = key_rows + query_rows;
+  if (rows == 0) return;
+  if (rows > 0x7fffffffLL)
+    throw Error(ErrorKind::unsupported, "k", "at most 2^31 - 1 rows to append and rotate", std::to_string(rows));
+  const AppendParams P{p, a, q_rotated, int(key_rows), int(query_rows)};
+  const int threads = p.head_dim <= 64 ? 64 : 128;
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  if (p.dtype == DType::f16)
+    kv_append_kernel<__half><<<unsigned(rows), threads, 0, stream>>>(P);
+  else
+    kv_append_kernel<__nv_bfloat16><<<unsigned(rows), threads, 0, stream>>>(P);
+  FA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,430 @@
+#include "kv_cases.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "api/validate.hpp"
+#include "cpu/backend.hpp"
+#include "device_buffer.hpp"
+#include "flashattn/kv_cache.hpp"
+#include "harness.hpp"
+#include "host_tensor.hpp"
+
+namespace flashattn::testing {
+
+std::vector<KvCase> kv_cases() {
+  std::vector<KvCase> t;
+  {
+    KvCase c;
+    c.name = "decode_contiguous";
+    c.cache_seqlens = {17, 250};
+    t.push_back(c);
+    c.name = "decode_paged16_gqa4";
+    c.heads_q = 8;
+    c.page_size = 16;
+    c.cache_rows = 320;
+    c.cache_seqlens = {1, 300};
+    t.push_back(c);
+    c.name = "decode_empty_cache";  // a sequence that sees no key: out 0, LSE -inf
+    c.page_size = 0;
+    c.cache_seqlens = {0, 5};
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.name = "append_rotary_paged16_causal";
+    c.page_size = 16;
+    c.cache_rows = 256;
+    c.cache_seqlens = {0, 200};
+    c.seqlen_q = c.seqlen_new = 3;
+    c.rotary_dim = 32;
+    c.causal = true;
+    t.push_back(c);
+    c.name = "append_rotary_interleaved_noncausal";
+    c.page_size = 0;
+    c.cache_rows = 100;
+    c.cache_seqlens = {10, 97};
+    c.seqlen_q = 4;
+    c.seqlen_new = 2;
+    c.rotary_dim = 64;
+    c.interleaved = true;
+    c.causal = false;
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.name = "append_leftpad_batch_idx_causal";
+    c.batch_idx = true;
+    c.leftpad = {3, 0};
+    c.cache_seqlens = {40, 7};
+    c.seqlen_new = 1;
+    c.rotary_dim = 16;
+    c.causal = true;
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.name = "speculative_paged256_window_softcap";
+    c.page_size = 256;
+    c.cache_rows = 512;
+    c.cache_seqlens = {100, 400};
+    c.seqlen_q = c.seqlen_new = 5;
+    c.window_left = 32;
+    c.window_right = 0;
+    c.softcap = 5.0f;
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.name = "chunked_prefill_paged48_mqa_hd128";
+    c.batch = 3;
+    c.heads_q = 6;
+    c.heads_kv = 1;
+    c.head_dim = 128;
+    c.page_size = 48;
+    c.cache_rows = 192;
+    c.cache_seqlens = {0, 37, 128};
+    c.seqlen_q = c.seqlen_new = 64;
+    c.causal = true;
+    c.rotary_dim = 64;
+    t.push_back(c);
+  }
+  return t;
+}
+
+std::string KvCheck::describe() const {
+  std::ostringstream s;
+  s << "out error " << out_error << " (baseline " << out_baseline << "), lse error " << lse_error << ", all written "
+    << all_written << ", cache ok " << cache_ok;
+  return s.str();
+}
+
+namespace {
+
+using host::DeviceBuffer;
+using host::HostTensor;
+
+float round_to(DType dtype, float x) {
+  HostTensor t(dtype, {1});
+  t.set(0, x);
+  return t.get(0);
+}
+
+// Rotates x[0, rotary_dim) at `pos` by the tables (values as float), in the test's own words.
+void rotate(std::vector<float>& x, const HostTensor& cos, const HostTensor& sin, int pos, int rotary_dim,
+            bool interleaved) {
+  const int half = rotary_dim / 2;
+  for (int j = 0; j < half; ++j) {
+    const int a = interleaved ? 2 * j : j, b = interleaved ? 2 * j + 1 : j + half;
+    const float c = cos.get(std::int64_t(pos) * half + j), s = sin.get(std::int64_t(pos) * half + j);
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+// Element index (row-major) of (i0, i1, i2, i3) in a contiguous 4D tensor.
+std::int64_t at4(const HostTensor& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  const auto& s = t.shape();
+  return ((a * s[1] + b) * s[2] + c) * s[3] + d;
+}
+
+struct Views {
+  std::vector<HostTensor*> host;
+  std::vector<DeviceBuffer> dev;
+  DeviceKind kind;
+  Views(DeviceKind k, std::vector<HostTensor*> h) : host(std::move(h)), kind(k) {
+    if (kind == DeviceKind::cuda)
+      for (HostTensor* t : host) dev.push_back(DeviceBuffer::upload(*t));
+  }
+  TensorView view(std::size_t i) { return kind == DeviceKind::cuda ? host[i]->view(kind, dev[i].data()) : host[i]->view(); }
+  void download(std::initializer_list<std::size_t> which) {
+    if (kind != DeviceKind::cuda) return;
+    host::device_synchronize();
+    for (std::size_t i : which) dev[i].download(*host[i]);
+  }
+};
+
+// out/LSE of the float64 reference (or the same-precision baseline) on packed sequences.
+void reference_varlen(DType dtype, const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                      HostTensor& cu_q, HostTensor& cu_k, int max_q, int max_k, bool causal, int wl, int wr,
+                      float softcap, HostTensor& out, HostTensor& lse, std::optional<DType> round) {
+  HostTensor q32 = q.to_f32(), k32 = k.to_f32(), v32 = v.to_f32();
+  ForwardArgs a;
+  a.causal = causal;
+  a.window_left = wl;
+  a.window_right = wr;
+  a.softcap = softcap;
+  a.softmax_scale = 1.0f / std::sqrt(float(q.shape()[2]));
+  a.cu_seqlens_q = cu_q.view();
+  a.cu_seqlens_k = cu_k.view();
+  a.max_seqlen_q = max_q;
+  a.max_seqlen_k = max_k;
+  a.q = q32.view();
+  a.k = k32.view();
+  a.v = v32.view();
+  out = HostTensor(DType::f32, q32.shape());
+  lse = HostTensor(DType::f32, {q.shape()[1], q.shape()[0]});
+  a.out = out.view();
+  a.lse = lse.view();
+  cpu::reference_forward(detail::make_forward_problem(a), round);
+  (void)dtype;
+}
+
+HostTensor offsets(const std::vector<int>& lens) {
+  HostTensor t(DType::i32, {std::int64_t(lens.size()) + 1});
+  auto* p = static_cast<std::int32_t*>(t.data());
+  p[0] = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) p[i + 1] = p[i] + lens[i];
+  return t;
+}
+
+HostTensor ints(const std::vector<int>& values) {
+  HostTensor t(DType::i32, {std::int64_t(values.size())});
+  std::copy(values.begin(), values.end(), static_cast<std::int32_t*>(t.data()));
+  return t;
+}
+
+bool any_nan(const std::vector<float>& x) {
+  return std::any_of(x.begin(), x.end(), [](float f) { return std::isnan(f); });
+}
+
+}  // namespace
+
+KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int B = c.batch, Hq = c.heads_q, Hk = c.heads_kv, D = c.head_dim, Sq = c.seqlen_q, N = c.seqlen_new;
+  const bool paged = c.page_size > 0;
+  const int max_blocks = paged ? c.cache_rows / c.page_size : 0;
+  const int num_blocks = paged ? 2 * B * max_blocks + 1 : 0;
+  const int batch_cache = c.batch_idx ? 2 * B : B;
+
+  // Logical caches (batch, cache_rows, Hk, D), then the storage the call sees.
+  HostTensor kl(dtype, {B, c.cache_rows, Hk, D}), vl(dtype, {B, c.cache_rows, Hk, D});
+  kl.fill_normal(rng);
+  vl.fill_normal(rng);
+  std::vector<int> table(std::size_t(B) * std::max(max_blocks, 1)), cache_batch(B);
+  HostTensor kc, vc;
+  if (paged) {
+    std::vector<int> pages(num_blocks);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::copy(pages.begin(), pages.begin() + B * max_blocks, table.begin());
+    kc = HostTensor(dtype, {num_blocks, c.page_size, Hk, D});
+    vc = HostTensor(dtype, {num_blocks, c.page_size, Hk, D});
+  } else {
+    std::vector<int> perm(batch_cache);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (c.batch_idx) std::shuffle(perm.begin(), perm.end(), rng);
+    std::copy(perm.begin(), perm.begin() + B, cache_batch.begin());
+    kc = HostTensor(dtype, {batch_cache, c.cache_rows, Hk, D});
+    vc = HostTensor(dtype, {batch_cache, c.cache_rows, Hk, D});
+  }
+  kc.fill_normal(rng);  // rows no sequence owns: must stay as they are
+  vc.fill_normal(rng);
+  // Storage index of logical (b, row, h, 0).
+  auto storage = [&](const HostTensor& t, int b, int row, int h) {
+    if (paged) return at4(t, table[std::size_t(b) * max_blocks + row / c.page_size], row % c.page_size, h, 0);
+    return at4(t, cache_batch[b], row, h, 0);
+  };
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < c.cache_rows; ++r)
+      for (int h = 0; h < Hk; ++h)
+        for (int d = 0; d < D; ++d) {
+          kc.set(storage(kc, b, r, h) + d, kl.get(at4(kl, b, r, h, d)));
+          vc.set(storage(vc, b, r, h) + d, vl.get(at4(vl, b, r, h, d)));
+        }
+  HostTensor q(dtype, {B, Sq, Hq, D}), kn(dtype, {B, std::max(N, 1), Hk, D}), vn(dtype, {B, std::max(N, 1), Hk, D});
+  for (HostTensor* t : {&q, &kn, &vn}) t->fill_normal(rng);
+  const int half = std::max(c.rotary_dim / 2, 1);
+  HostTensor cos(dtype, {c.cache_rows, half}), sin(dtype, {c.cache_rows, half});
+  {
+    std::uniform_real_distribution<float> angle(0.0f, 6.2831853f);
+    for (std::int64_t i = 0; i < cos.numel(); ++i) {
+      const float a = angle(rng);
+      cos.set(i, std::cos(a));
+      sin.set(i, std::sin(a));
+    }
+  }
+  HostTensor kc_before = kc, vc_before = vc;
+  HostTensor out(dtype, {B, Sq, Hq, D}), lse(DType::f32, {B, Hq, Sq});
+  out.poison();
+  lse.poison();
+  HostTensor seqlens = ints(c.cache_seqlens), tab = ints(table), bidx = ints(cache_batch),
+             pad = ints(c.leftpad.empty() ? std::vector<int>(B, 0) : c.leftpad);
+  if (paged) tab = HostTensor(DType::i32, {B, max_blocks}), std::copy(table.begin(), table.end(), static_cast<std::int32_t*>(tab.data()));
+
+  Views ops(device, {&q, &kc, &vc, &kn, &vn, &cos, &sin, &out, &lse, &seqlens, &tab, &bidx, &pad});
+  KvCacheArgs a;
+  a.q = ops.view(0);
+  a.k_cache = ops.view(1);
+  a.v_cache = ops.view(2);
+  if (N > 0) a.k_new = ops.view(3), a.v_new = ops.view(4);
+  if (c.rotary_dim > 0) a.rotary_cos = ops.view(5), a.rotary_sin = ops.view(6), a.rotary_interleaved = c.interleaved;
+  a.out = ops.view(7);
+  a.lse = ops.view(8);
+  a.cache_seqlens = ops.view(9);
+  if (paged) a.block_table = ops.view(10);
+  if (c.batch_idx) a.cache_batch_idx = ops.view(11);
+  if (!c.leftpad.empty()) a.cache_leftpad = ops.view(12);
+  a.causal = c.causal;
+  a.window_left = c.window_left;
+  a.window_right = c.window_right;
+  a.softcap = c.softcap;
+  forward_kvcache(a);
+  ops.download({1, 2, 7, 8});
+
+  // Expected: the logical cache with the new rows (keys rotated) appended; q rotated.
+  const bool by_row = c.causal || c.window_left >= 0 || c.window_right >= 0;
+  std::vector<float> row(D);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < N; ++i)
+      for (int h = 0; h < Hk; ++h) {
+        const int pos = c.cache_seqlens[b] + i;
+        for (int d = 0; d < D; ++d) row[d] = kn.get(at4(kn, b, i, h, d));
+        if (c.rotary_dim > 0) rotate(row, cos, sin, pos, c.rotary_dim, c.interleaved);
+        for (int d = 0; d < D; ++d) {
+          kl.set(at4(kl, b, pos, h, d), row[d]);
+          vl.set(at4(vl, b, pos, h, d), vn.get(at4(vn, b, i, h, d)));
+        }
+      }
+  HostTensor qr = q;
+  if (c.rotary_dim > 0)
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < Sq; ++i)
+        for (int h = 0; h < Hq; ++h) {
+          for (int d = 0; d < D; ++d) row[d] = q.get(at4(q, b, i, h, d));
+          rotate(row, cos, sin, c.cache_seqlens[b] + (by_row ? i : 0), c.rotary_dim, c.interleaved);
+          for (int d = 0; d < D; ++d) qr.set(at4(qr, b, i, h, d), row[d]);
+        }
+
+  KvCheck r;
+  // The cache: every storage element as expected (appended rows within a rounding of the
+  // rotation, everything else bit for bit).
+  {
+    HostTensor k_exp = kc_before, v_exp = vc_before;
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < N; ++i)
+        for (int h = 0; h < Hk; ++h)
+          for (int d = 0; d < D; ++d) {
+            const int pos = c.cache_seqlens[b] + i;
+            k_exp.set(storage(k_exp, b, pos, h) + d, kl.get(at4(kl, b, pos, h, d)));
+            v_exp.set(storage(v_exp, b, pos, h) + d, vl.get(at4(vl, b, pos, h, d)));
+          }
+    const auto kg = kc.to_floats(), ke = k_exp.to_floats(), vg = vc.to_floats(), ve = v_exp.to_floats();
+    const double ulp = dtype == DType::bf16 ? 1.0 / 128 : dtype == DType::f16 ? 1.0 / 1024 : 1e-6;
+    for (std::size_t i = 0; i < kg.size(); ++i)
+      if (std::abs(kg[i] - ke[i]) > ulp * std::abs(ke[i]) + 1e-6 || vg[i] != ve[i]) r.cache_ok = false;
+  }
+
+  // Reference: each sequence's keys [leftpad, seqlen + new) packed, the rotated queries packed.
+  std::vector<int> lens_q(B, Sq), lens_k(B);
+  int total_k = 0, max_k = 0;
+  for (int b = 0; b < B; ++b) {
+    lens_k[b] = c.cache_seqlens[b] + N - (c.leftpad.empty() ? 0 : c.leftpad[b]);
+    total_k += lens_k[b];
+    max_k = std::max(max_k, lens_k[b]);
+  }
+  HostTensor kp(dtype, {std::max(total_k, 1), Hk, D}), vp(dtype, {std::max(total_k, 1), Hk, D});
+  HostTensor qp(dtype, {std::int64_t(B) * Sq, Hq, D});
+  for (std::int64_t i = 0; i < qp.numel(); ++i) qp.set(i, qr.get(i));
+  {
+    std::int64_t row0 = 0;
+    for (int b = 0; b < B; ++b) {
+      const int start = c.leftpad.empty() ? 0 : c.leftpad[b];
+      for (int j = 0; j < lens_k[b]; ++j, ++row0)
+        for (int h = 0; h < Hk; ++h)
+          for (int d = 0; d < D; ++d) {
+            kp.set((row0 * Hk + h) * D + d, kl.get(at4(kl, b, start + j, h, d)));
+            vp.set((row0 * Hk + h) * D + d, vl.get(at4(vl, b, start + j, h, d)));
+          }
+    }
+  }
+  HostTensor cu_q = offsets(lens_q), cu_k = offsets(lens_k);
+  HostTensor ref_out, ref_lse, base_out, base_lse;
+  reference_varlen(dtype, qp, kp, vp, cu_q, cu_k, Sq, max_k, c.causal, c.window_left, c.window_right, c.softcap,
+                   ref_out, ref_lse, std::nullopt);
+  reference_varlen(dtype, qp, kp, vp, cu_q, cu_k, Sq, max_k, c.causal, c.window_left, c.window_right, c.softcap,
+                   base_out, base_lse, dtype);
+  const auto got = out.to_floats(), ref = ref_out.to_floats();
+  r.out_error = host::relative_error(got, ref);
+  r.out_baseline = host::relative_error(base_out.to_floats(), ref);
+  r.all_written = !any_nan(got);
+  // LSE: ours (batch, heads, seq) against the reference's (heads, total_q).
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h)
+      for (int i = 0; i < Sq; ++i) {
+        const float g = lse.get((std::int64_t(b) * Hq + h) * Sq + i), e = ref_lse.get(std::int64_t(h) * B * Sq + b * Sq + i);
+        if (std::isnan(g)) r.all_written = false;
+        if (std::isinf(e)) {
+          if (!(std::isinf(g) && g < 0)) r.all_written = false;
+          continue;
+        }
+        r.lse_error = std::max(r.lse_error, std::abs(double(g) - e) / std::max(1.0, std::abs(double(e))));
+      }
+  (void)round_to;
+  return r;
+}
+
+KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::vector<int> lens_q = {5, 1, 40}, lens_k = {70, 1, 300};
+  const int B = 3, Hq = 4, Hk = 2, D = 64;
+  int max_k = 0, total_q = 0, total_k = 0;
+  for (int b = 0; b < B; ++b) max_k = std::max(max_k, lens_k[b]), total_q += lens_q[b], total_k += lens_k[b];
+  const int max_blocks = (max_k + page_size - 1) / page_size, num_blocks = B * max_blocks + 2;
+  std::vector<int> pages(num_blocks);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  HostTensor tab(DType::i32, {B, max_blocks});
+  std::copy(pages.begin(), pages.begin() + B * max_blocks, static_cast<std::int32_t*>(tab.data()));
+  HostTensor kc(dtype, {num_blocks, page_size, Hk, D}), vc(dtype, {num_blocks, page_size, Hk, D});
+  HostTensor q(dtype, {total_q, Hq, D}), out(dtype, {total_q, Hq, D}), lse(DType::f32, {Hq, total_q});
+  for (HostTensor* t : {&kc, &vc, &q}) t->fill_normal(rng);
+  out.poison();
+  lse.poison();
+  // The gathered contiguous K/V.
+  HostTensor kp(dtype, {total_k, Hk, D}), vp(dtype, {total_k, Hk, D});
+  const auto* table = static_cast<const std::int32_t*>(tab.data());
+  for (int b = 0, row0 = 0; b < B; row0 += lens_k[b], ++b)
+    for (int j = 0; j < lens_k[b]; ++j)
+      for (int h = 0; h < Hk; ++h)
+        for (int d = 0; d < D; ++d) {
+          const std::int64_t src = at4(kc, table[b * max_blocks + j / page_size], j % page_size, h, d);
+          kp.set((std::int64_t(row0 + j) * Hk + h) * D + d, kc.get(src));
+          vp.set((std::int64_t(row0 + j) * Hk + h) * D + d, vc.get(src));
+        }
+  HostTensor cu_q = offsets(lens_q), cu_k = offsets(lens_k);
+  Views ops(device, {&q, &kc, &vc, &out, &lse, &cu_q, &cu_k, &tab});
+  ForwardArgs a;
+  a.q = ops.view(0);
+  a.k = ops.view(1);
+  a.v = ops.view(2);
+  a.out = ops.view(3);
+  a.lse = ops.view(4);
+  a.cu_seqlens_q = ops.view(5);
+  a.cu_seqlens_k = ops.view(6);
+  a.block_table = ops.view(7);
+  a.max_seqlen_q = 40;
+  a.max_seqlen_k = max_k;
+  a.causal = causal;
+  forward(a);
+  ops.download({3, 4});
+  HostTensor ref_out, ref_lse, base_out, base_lse;
+  reference_varlen(dtype, q, kp, vp, cu_q, cu_k, 40, max_k, causal, -1, -1, 0, ref_out, ref_lse, std::nullopt);
+  reference_varlen(dtype, q, kp, vp, cu_q, cu_k, 40, max_k, causal, -1, -1, 0, base_out, base_lse, dtype);
+  KvCheck r;
+  const auto got = out.to_floats(), ref = ref_out.to_floats();
+  r.out_error = host::relative_error(got, ref);
+  r.out_baseline = host::relative_error(base_out.to_floats(), ref);
+  r.all_written = !any_nan(got) && !any_nan(lse.to_floats());
+  const auto gl = lse.to_floats(), rl = ref_lse.to_floats();
+  for (std::size_t i = 0; i < gl.size(); ++i)
+    if (!std::isinf(rl[i])) r.lse_error = std::max(r.lse_error, std::abs(double(gl[i]) - rl[i]) / std::max(1.0, std::abs(double(rl[i]))));
+  return r;
+}
+
+}  // namespace flashattn::testing

@@ -1,0 +1,44 @@
+#pragma once
+// The KV-cache case table (flashattn/kv_cache.hpp), run on every backend: contiguous and paged
+// caches, append + rotary, cache_batch_idx, cache_leftpad, masks; checked against the float64
+// reference on an independently built contiguous copy of the cache.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashattn/tensor.hpp"
+
+namespace flashattn::testing {
+
+struct KvCase {
+  std::string name;
+  int batch = 2, heads_q = 4, heads_kv = 2, head_dim = 64, seqlen_q = 1;
+  int cache_rows = 300;            // seqlen_cache, or max_blocks * page_size when paged
+  std::vector<int> cache_seqlens;  // rows before the call, per sequence
+  int seqlen_new = 0;              // rows appended (k/v)
+  int page_size = 0;               // 0: contiguous cache
+  bool batch_idx = false;          // contiguous: a cache of 2 * batch, sequences at permuted rows
+  std::vector<int> leftpad;        // empty: none
+  int rotary_dim = 0;
+  bool interleaved = false;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+};
+
+std::vector<KvCase> kv_cases();
+
+struct KvCheck {
+  double out_error = 0, out_baseline = 0, lse_error = 0;
+  bool all_written = true;
+  bool cache_ok = true;  // appended rows as expected, every other cache element untouched
+  std::string describe() const;
+};
+
+KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint64_t seed);
+
+// Paged K/V in the variable-length forward (ForwardArgs::block_table), against the reference
+// on the gathered contiguous K/V.
+KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed);
+
+}  // namespace flashattn::testing
