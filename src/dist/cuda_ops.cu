@@ -78,32 +78,34 @@ __global__ void elementwise(View dst, View src, long long n, int op, float value
   }
 }
 
-// One warp per row: rows are indexed by the lse views (rank 3 padded), the head dimension is the
-// outputs' last.
+// One warp per row (a grid-stride loop over rows): rows are indexed by the lse views (padded to
+// rank 4: dims 1..3), the head dimension is the outputs' last; out dim d - 1 pairs with lse dim d.
 __global__ void merge_rows(View out_acc, View lse_acc, View out, View lse, long long rows, long long head_dim) {
-  const long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  long long oa = 0, os = 0, la = 0, ls = 0, i = row;
-  for (int d = 3; d >= 1; --d) {  // lse views: dims 1..3 of a rank-4 padding
-    const long long idx = i % lse_acc.shape[d];
-    i /= lse_acc.shape[d];
-    la += idx * lse_acc.stride[d];
-    ls += idx * lse.stride[d];
-    oa += idx * out_acc.stride[d - 1];
-    os += idx * out.stride[d - 1];
-  }
+  const long long warps = (long long)gridDim.x * blockDim.x / 32;
   float* lacc = reinterpret_cast<float*>(lse_acc.data);
-  const float a = lacc[la], s = reinterpret_cast<const float*>(lse.data)[ls];
-  const float m = fmaxf(a, s);
-  if (m == -INFINITY) return;
-  const float wa = expf(a - m), ws = expf(s - m), total = wa + ws;
-  const float ca = wa / total, cs = ws / total;
   float* acc = reinterpret_cast<float*>(out_acc.data);
   const long long sa = out_acc.stride[3], so = out.stride[3];
-  for (long long j = lane; j < head_dim; j += 32) acc[oa + j * sa] = acc[oa + j * sa] * ca + load(out, os + j * so) * cs;
-  __syncwarp();
-  if (lane == 0) lacc[la] = m + logf(total);
+  for (long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
+    long long oa = 0, os = 0, la = 0, ls = 0, i = row;
+    for (int d = 3; d >= 1; --d) {
+      const long long idx = i % lse_acc.shape[d];
+      i /= lse_acc.shape[d];
+      la += idx * lse_acc.stride[d];
+      ls += idx * lse.stride[d];
+      oa += idx * out_acc.stride[d - 1];
+      os += idx * out.stride[d - 1];
+    }
+    const float a = lacc[la], s = reinterpret_cast<const float*>(lse.data)[ls];
+    const float m = fmaxf(a, s);
+    if (m == -INFINITY) continue;  // the whole warp: the row is the same for every lane
+    const float wa = expf(a - m), ws = expf(s - m), total = wa + ws;
+    const float ca = wa / total, cs = ws / total;
+    for (long long j = lane; j < head_dim; j += 32) acc[oa + j * sa] = acc[oa + j * sa] * ca + load(out, os + j * so) * cs;
+    __syncwarp();
+    if (lane == 0) lacc[la] = m + logf(total);
+    __syncwarp();
+  }
 }
 
 __global__ void divide(std::int32_t* dst, const std::int32_t* src, int count, int divisor) {
