@@ -8,9 +8,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 
 #include "flashattn/flashattn.hpp"
 #include "flashattn/reference.hpp"
+#include "distributed.hpp"
 #include "python_tensors.hpp"
 
 namespace nb = nanobind;
@@ -134,6 +136,13 @@ masks aligned to the bottom-right. num_splits: split-KV count on the GPU (0 = he
 lse: float32 (batch, heads_q, seqlen_q), optional. Other options as forward(). Raises as
 forward() does; on CPU tensors the index tensors' contents are checked (nothing is written,
 the caches included, on error).)";
+constexpr const char* kDistForwardDoc = R"(Context-parallel attention forward on this rank's zigzag shards.
+
+Like forward() (same tensors, layouts and options; no window_size), over `comm` (a Communicator:
+nccl_communicator() for CUDA tensors, python_communicator() for CPU ones). strategy: 'ring' or
+'all_to_all'. Every rank calls it at the same time with the same shapes and options. cu_seqlens_q/k
+are the GLOBAL offsets (every document a multiple of 2 * ranks long), max_seqlen_q/k the global
+longest document. flashattn.distributed describes the sharding and wraps this for PyTorch.)";
 
 constexpr const char* kBackwardDoc = R"(Attention backward, written into caller-provided dq, dk, dv.
 
@@ -269,6 +278,32 @@ NB_MODULE(_C, m) {
         return elapsed.count() / (iterations > 0 ? iterations : 1);
       },
       "iterations"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(), FA_OPTION_ARGS);
+
+  register_distributed(m);
+  m.def(
+      "dist_forward",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, dist::Communicator& comm,
+         const std::string& strategy, FA_OPTION_PARAMS) {
+        const dist::Strategy s = parse_strategy(strategy);
+        Forward f(q, k, v, out, lse, FA_OPTIONS);
+        nb::gil_scoped_release released;
+        dist::forward(f.args, comm, s);
+      },
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "comm"_a, nb::kw_only(), "strategy"_a = "ring", FA_OPTION_ARGS,
+      kDistForwardDoc);
+  m.def(
+      "dist_backward",
+      [](nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, nb::handle dq,
+         nb::handle dk, nb::handle dv, dist::Communicator& comm, const std::string& strategy, bool deterministic,
+         FA_OPTION_PARAMS) {
+        const dist::Strategy s = parse_strategy(strategy);
+        Backward b(dout, q, k, v, out, lse, dq, dk, dv, deterministic, FA_OPTIONS);
+        nb::gil_scoped_release released;
+        dist::backward(b.args, comm, s);
+      },
+      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "comm"_a, nb::kw_only(),
+      "strategy"_a = "ring", "deterministic"_a = false, FA_OPTION_ARGS,
+      "Context-parallel attention backward on this rank's shards (see dist_forward and backward()).");
 
 #undef FA_OPTIONS
 #undef FA_OPTION_PARAMS

@@ -4,7 +4,8 @@ The functions here are the C++ library's entry points over any tensor that expor
 the buffer protocol (PyTorch, CuPy, JAX inputs, NumPy): nothing is copied, outputs are provided
 by the caller and written in place, CUDA work runs on the caller's current stream (torch, CuPy)
 or on ``stream=``. PyTorch users want :mod:`flashattn.torch` (flash-attn's interface, autograd,
-torch.compile).
+torch.compile); attention over several GPUs (context parallelism: ring, all-to-all) is
+:mod:`flashattn.distributed`.
 
 Errors: ValueError (a bad value or shape), TypeError (a bad dtype, device or object),
 NotImplementedError (valid, but not built or not implemented), RuntimeError (the backend
@@ -19,6 +20,7 @@ from ._C import (
     __version__,
     backward,
     built_with_cuda,
+    built_with_nccl,
     cuda_available,
     forward,
     forward_kvcache,
@@ -40,6 +42,7 @@ __all__ = [
     "__version__",
     "backward",
     "built_with_cuda",
+    "built_with_nccl",
     "cmake_prefix_path",
     "cuda_available",
     "forward",
