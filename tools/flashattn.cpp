@@ -1,7 +1,7 @@
 // The `flashattn` command line: run one workload, sweep a benchmark, print build info.
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
-//                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
+//                 [--causal] [--window L,R] [--softcap C] [--dropout P] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
 //                   [--backward] [--json FILE [--plot]]
@@ -91,7 +91,7 @@ int run_command(int argc, char** argv) {
   const std::vector<std::string> flags = {"causal", "backward"};
   Args args(argc, argv, 2, flags);
   args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
-                       "dtype", "backend", "backward", "check-rows", "seed"});
+                       "dropout", "dtype", "backend", "backward", "check-rows", "seed"});
   Shape s;
   s.batch = args.integer("batch", 2);
   s.heads = args.integer("heads", 16);
@@ -108,6 +108,7 @@ int run_command(int argc, char** argv) {
     s.window_right = std::stoi(w.substr(comma + 1));
   }
   s.softcap = std::stof(args.get("softcap", "0"));
+  s.dropout = std::stof(args.get("dropout", "0"));
   s.device = parse_backend(args.get("backend", "auto"));
   s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
   const bool with_backward = args.has("backward");
@@ -293,7 +294,7 @@ int info_command() {
 void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
-               "                       [--headdim D] [--causal] [--window L,R] [--softcap C]\n"
+               "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--dropout P]\n"
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/host_device.hpp"
+#include "common/philox.hpp"
 #include "flashattn/tensor.hpp"
 
 namespace flashattn::detail {
@@ -53,6 +54,7 @@ struct Problem {
   int window_left = -1;
   int window_right = -1;
   bool causal = false;
+  DropoutParams dropout;  // dropout.enabled(): p > 0
 
   SeqTensor q, k, v;
 
