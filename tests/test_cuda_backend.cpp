@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend_suite.hpp"
 #include "flashattn/attention.hpp"
@@ -88,6 +89,31 @@ TEST(CudaDeterminism, DeterministicBackwardIsBitIdentical) {
     if (!backward_built(c.head_dim, DType::bf16)) GTEST_SKIP() << not_built("backward", c.head_dim, DType::bf16);
     EXPECT_TRUE(backward_is_reproducible(c, DType::bf16, DeviceKind::cuda, test_seed(), true))
         << "heads " << hq << ":" << hkv;
+  }
+}
+
+// The GPU drops exactly the entries the CPU backend drops for the same seed and offset
+// (src/common/philox.hpp), with and without a causal mask, over several 16 x 16 blocks of
+// rows and keys, batches and query heads (GQA).
+TEST(CudaDropout, DropsTheSameEntriesAsTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Case c;
+  c.batch = 2;
+  c.heads_q = 3;
+  c.heads_kv = 1;
+  c.seqlen_q = 300;
+  c.seqlen_k = 120;
+  c.head_dim = 128;
+  c.dropout_p = 0.17f;
+  if (!forward_built(c.head_dim, DType::bf16)) GTEST_SKIP() << not_built("forward", c.head_dim, DType::bf16);
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    const std::uint64_t seed = test_seed();
+    const std::vector<bool> gpu = dropout_kept_entries(c, DType::bf16, DeviceKind::cuda, seed);
+    const std::vector<bool> cpu = dropout_kept_entries(c, DType::bf16, DeviceKind::cpu, seed);
+    std::size_t differ = 0;
+    for (std::size_t e = 0; e < gpu.size(); ++e) differ += gpu[e] != cpu[e];
+    EXPECT_EQ(differ, 0u) << "seed " << seed << ", causal " << causal;
   }
 }
 

@@ -33,6 +33,9 @@ void options(AttentionOptions& o, const Case& c) {
   o.window_left = c.window_left;
   o.window_right = c.window_right;
   o.softcap = c.softcap;
+  o.dropout_p = c.dropout_p;  // a fixed stream: the mask is a constant of the function
+  o.dropout_seed = 0x1234567890abcdefull;
+  o.dropout_offset = 96;
 }
 
 // loss = sum(out * dout), in double, from the reference forward.

@@ -1,7 +1,7 @@
 // The `flashattn` command line: run one workload, sweep a benchmark, print build info.
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
-//                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
+//                 [--causal] [--window L,R] [--softcap C] [--dropout P] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
 //                 [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
@@ -120,8 +120,8 @@ int run_command(int argc, char** argv) {
   const std::vector<std::string> flags = {"causal", "backward", "kv-cache"};
   Args args(argc, argv, 2, flags);
   args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
-                       "dtype", "backend", "backward", "check-rows", "seed", "kv-cache", "page-size", "append",
-                       "rotary-dim"});
+                       "dropout", "dtype", "backend", "backward", "check-rows", "seed", "kv-cache", "page-size",
+                       "append", "rotary-dim"});
   if (!args.has("kv-cache") && (args.has("page-size") || args.has("append") || args.has("rotary-dim")))
     throw std::invalid_argument("--page-size, --append and --rotary-dim need --kv-cache");
   Shape s;
@@ -140,6 +140,7 @@ int run_command(int argc, char** argv) {
     s.window_right = std::stoi(w.substr(comma + 1));
   }
   s.softcap = std::stof(args.get("softcap", "0"));
+  s.dropout = std::stof(args.get("dropout", "0"));
   s.device = parse_backend(args.get("backend", "auto"));
   s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
   const bool with_backward = args.has("backward");
@@ -326,7 +327,7 @@ int info_command() {
 void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
-               "                       [--headdim D] [--causal] [--window L,R] [--softcap C]\n"
+               "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--dropout P]\n"
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
                "                       [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]\n"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/mask.hpp"
+#include "common/philox.hpp"
 #include "device_buffer.hpp"
 #include "flashattn/reference.hpp"
 #include "host_tensor.hpp"
@@ -23,6 +24,7 @@ std::string Shape::describe() const {
   s << " d=" << head_dim << " " << to_string(dtype) << (causal ? " causal" : "");
   if (window_left >= 0 || window_right >= 0) s << " window=" << window_left << "," << window_right;
   if (softcap > 0) s << " softcap=" << softcap;
+  if (dropout > 0) s << " dropout=" << dropout;
   return s.str();
 }
 
@@ -55,6 +57,9 @@ struct Workload::State {
     o.window_left = shape.window_left;
     o.window_right = shape.window_right;
     o.softcap = shape.softcap;
+    o.dropout_p = shape.dropout;
+    o.dropout_seed = seed;
+    o.dropout_offset = 0;
   }
 };
 
@@ -147,7 +152,31 @@ RowCheck Workload::check_forward_rows(int rows) {
     const auto range = detail::visible_keys(i, s.seqlen, s.keys(), s.window_left, right);
     const std::int64_t row = ((std::int64_t(b) * s.seqlen + i) * s.heads + h) * d;
     std::vector<float> expected(d, 0.0f);
-    if (range.end > range.begin) {
+    if (range.end > range.begin && s.dropout > 0) {
+      // Dropout: the row's softmax in double, the stream's mask (common/philox.hpp) on it.
+      const std::int64_t keys = range.end - range.begin;
+      const std::int64_t k_offset = ((std::int64_t(b) * s.keys() + range.begin) * hk + hkv) * d;
+      std::vector<float> q1 = gather(st.q, row, 1, d, d), k1 = gather(st.k, k_offset, keys, hk * d, d),
+                         v1 = gather(st.v, k_offset, keys, hk * d, d);
+      std::vector<double> score(keys);
+      double max_score = -INFINITY, sum = 0;
+      for (std::int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (std::int64_t e = 0; e < d; ++e) dot += double(q1[e]) * k1[j * d + e];
+        double x = dot / std::sqrt(double(d));
+        if (s.softcap > 0) x = s.softcap * std::tanh(x / s.softcap);
+        score[j] = x;
+        max_score = std::max(max_score, x);
+      }
+      for (double& x : score) sum += x = std::exp(x - max_score);
+      const std::uint32_t threshold = detail::dropout_threshold(s.dropout);
+      std::vector<double> acc(d, 0.0);
+      for (std::int64_t j = 0; j < keys; ++j) {
+        if (detail::dropout_value(st.seed, 0, b, s.heads, h, i, int(range.begin + j)) < threshold) continue;
+        for (std::int64_t e = 0; e < d; ++e) acc[e] += score[j] / sum * v1[j * d + e];
+      }
+      for (std::int64_t e = 0; e < d; ++e) expected[e] = float(acc[e] / (1.0 - double(s.dropout)));
+    } else if (range.end > range.begin) {
       const std::int64_t keys = range.end - range.begin;
       const std::int64_t k_offset = ((std::int64_t(b) * s.keys() + range.begin) * hk + hkv) * d;
       std::vector<float> q1 = gather(st.q, row, 1, d, d), k1 = gather(st.k, k_offset, keys, hk * d, d),

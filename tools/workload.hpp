@@ -15,6 +15,7 @@ struct Shape {
   bool causal = false;
   int window_left = -1, window_right = -1;
   float softcap = 0;
+  float dropout = 0;  // dropout_p; the stream's seed is the workload's seed, its offset 0
   DType dtype = DType::bf16;
   DeviceKind device = DeviceKind::cpu;
 

@@ -15,6 +15,7 @@
 // the CUDA backend, asynchronously on `stream` (a cudaStream_t; null = default stream). GPU
 // entry points never synchronize. Every argument is validated first; on error a
 // flashattn::Error is thrown and nothing is written.
+#include <cstdint>
 #include <optional>
 
 #include "flashattn/tensor.hpp"
@@ -40,6 +41,19 @@ struct AttentionOptions {
   TensorView cu_seqlens_k;
   int max_seqlen_q = 0;  // required with cu_seqlens: the longest sequence
   int max_seqlen_k = 0;
+  // Dropout on the attention probabilities: each entry of P is dropped with probability
+  // dropout_p (in [0, 1); 0 = off) and the kept ones are scaled by 1 / (1 - dropout_p), for the
+  // P V product only (the LSE is that of the undropped scores). Which entries drop is a pure
+  // function of (dropout_seed, dropout_offset, sequence, query head, query row, key), the same
+  // on every backend (src/common/philox.hpp); the backward must get the forward's values.
+  // dropout_state, when given (int64, shape [2], in q's memory), holds (seed, offset) instead
+  // and is read when the call runs, so that a CUDA graph may refill it between replays.
+  // A call draws offsets [dropout_offset, dropout_offset + batch * heads_q * 32): a caller that
+  // advances the offset by that much per call never repeats a random number.
+  float dropout_p = 0.0f;
+  std::uint64_t dropout_seed = 0;
+  std::uint64_t dropout_offset = 0;
+  TensorView dropout_state;
   void* stream = nullptr;  // cudaStream_t for CUDA tensors
 };
 

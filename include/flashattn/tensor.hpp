@@ -8,7 +8,7 @@
 
 namespace flashattn {
 
-enum class DType : std::uint8_t { f32, f16, bf16, e4m3, e5m2, i32 };
+enum class DType : std::uint8_t { f32, f16, bf16, e4m3, e5m2, i32, i64 };
 enum class DeviceKind : std::uint8_t { cpu, cuda };
 
 const char* to_string(DType dtype) noexcept;

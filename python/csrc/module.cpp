@@ -29,6 +29,9 @@ struct Options {
   float softcap = 0.0f;
   nb::handle cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
+  float dropout_p = 0.0f;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+  nb::handle dropout_state;
   std::optional<std::uintptr_t> stream;
 };
 
@@ -43,6 +46,10 @@ void apply(const Options& o, TensorViews& views, nb::handle q, const TensorView&
   a.cu_seqlens_k = views.input(o.cu_seqlens_k, "cu_seqlens_k", kOffsetsDType);
   a.max_seqlen_q = o.max_seqlen_q;
   a.max_seqlen_k = o.max_seqlen_k;
+  a.dropout_p = o.dropout_p;
+  a.dropout_seed = o.dropout_seed;
+  a.dropout_offset = o.dropout_offset;
+  a.dropout_state = views.input(o.dropout_state, "dropout_state", kRngStateDType);
   a.stream = reinterpret_cast<void*>(o.stream ? *o.stream : current_stream(q, view_q));
 }
 
@@ -116,6 +123,10 @@ window_size: (left, right), -1 unbounded; causal is right = 0. softcap: 0 = off.
 block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
 page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)
 int32, packed calls only: sequence b uses its first seqused_k[b] keys.
+dropout_p: drop each attention probability with this probability (kept ones scaled by
+1 / (1 - dropout_p)); which ones is a function of (dropout_seed, dropout_offset), or of the int64
+tensor dropout_state = (seed, offset) in q's memory, read when the call runs. The backward must
+get the forward's values.
 stream: a cudaStream_t as an int; by default the current stream of torch or CuPy, else stream 0.
 Raises ValueError / TypeError for bad arguments (nothing written), NotImplementedError for what
 this build does not support.)";
@@ -172,13 +183,18 @@ NB_MODULE(_C, m) {
 #define FA_OPTION_ARGS                                                                          \
   "softmax_scale"_a = nb::none(), "causal"_a = false, "window_size"_a = std::make_pair(-1, -1), \
   "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),             \
-  "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "stream"_a = nb::none()
+  "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "dropout_p"_a = 0.0f, "dropout_seed"_a = 0,          \
+  "dropout_offset"_a = 0, "dropout_state"_a = nb::none(), "stream"_a = nb::none()
 #define FA_OPTION_PARAMS                                                                          \
   std::optional<float> softmax_scale, bool causal, std::pair<int, int> window_size, float softcap, \
       nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,        \
-      std::optional<std::uintptr_t> stream
+      float dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,                   \
+      nb::handle dropout_state, std::optional<std::uintptr_t> stream
 #define FA_OPTIONS \
-  Options { softmax_scale, causal, window_size, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, stream }
+  Options {                                                                                      \
+    softmax_scale, causal, window_size, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,       \
+        max_seqlen_k, dropout_p, dropout_seed, dropout_offset, dropout_state, stream             \
+  }
 
   m.def(
       "forward",

@@ -33,6 +33,7 @@ struct Torch {
   PyObject* float16 = nullptr;
   PyObject* bfloat16 = nullptr;
   PyObject* int32 = nullptr;
+  PyObject* int64 = nullptr;
   PyObject* float8_e4m3fn = nullptr;
   PyObject* float8_e5m2 = nullptr;
   PyObject* current_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream; null without CUDA
@@ -80,6 +81,7 @@ const Torch* torch_if_imported() {
   t.float16 = attribute(module, "float16");
   t.bfloat16 = attribute(module, "bfloat16");
   t.int32 = attribute(module, "int32");
+  t.int64 = attribute(module, "int64");
   t.float8_e4m3fn = attribute(module, "float8_e4m3fn");
   t.float8_e5m2 = attribute(module, "float8_e5m2");
   if (PyObject* c = attribute(module, "_C")) {
@@ -103,6 +105,7 @@ DType torch_dtype(const Torch& torch, nb::handle dtype, const std::string& name,
   if (d == torch.float16) return DType::f16;
   if (d == torch.bfloat16) return DType::bf16;
   if (d == torch.int32) return DType::i32;
+  if (d == torch.int64) return DType::i64;
   if (d && d == torch.float8_e4m3fn) return DType::e4m3;
   if (d && d == torch.float8_e5m2) return DType::e5m2;
   fail(ErrorKind::invalid_type, name + ".dtype", dtypes, str(dtype));
@@ -181,6 +184,7 @@ DType dlpack_dtype(nb::dlpack::dtype dt, const std::string& name, const char* dt
     if (dt.code == kFloat && dt.bits == 16) return DType::f16;
     if (dt.code == kBfloat && dt.bits == 16) return DType::bf16;
     if (dt.code == kInt && dt.bits == 32) return DType::i32;
+    if (dt.code == kInt && dt.bits == 64) return DType::i64;
     if (dt.code == kFloat8E4M3FN && dt.bits == 8) return DType::e4m3;
     if (dt.code == kFloat8E5M2 && dt.bits == 8) return DType::e5m2;
   }

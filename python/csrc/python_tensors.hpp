@@ -20,6 +20,7 @@ namespace nb = nanobind;
 // The dtypes an argument accepts, as error messages name them.
 inline constexpr const char* kValueDTypes = "f32, f16 or bf16";
 inline constexpr const char* kLseDType = "f32";
+inline constexpr const char* kRngStateDType = "i64";
 inline constexpr const char* kOffsetsDType = "i32";
 
 // Builds views of Python tensors and keeps what DLPack handed over alive until it is destroyed:

@@ -14,6 +14,7 @@ const char* to_string(DType dtype) noexcept {
     case DType::e4m3: return "e4m3";
     case DType::e5m2: return "e5m2";
     case DType::i32: return "i32";
+    case DType::i64: return "i64";
   }
   return "unknown";
 }
@@ -25,6 +26,7 @@ const char* to_string(DeviceKind device) noexcept {
 std::size_t element_size(DType dtype) noexcept {
   switch (dtype) {
     case DType::f32: case DType::i32: return 4;
+    case DType::i64: return 8;
     case DType::f16: case DType::bf16: return 2;
     case DType::e4m3: case DType::e5m2: return 1;
   }

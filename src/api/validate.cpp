@@ -221,6 +221,15 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
   if (o.window_right < -1) fail("window_right", ">= -1 (-1 = unbounded)", std::to_string(o.window_right));
   if (o.causal && o.window_right > 0)
     fail("window_right", "-1 or 0 with causal (causal is window_right = 0)", std::to_string(o.window_right));
+  if (!(o.dropout_p >= 0.0f && o.dropout_p < 1.0f))
+    fail("dropout_p", "a probability in [0, 1)", std::to_string(o.dropout_p));
+  if (o.dropout_state.present()) {
+    check_tensor("dropout_state", o.dropout_state, 1, Access::elements);
+    check_dtype("dropout_state", o.dropout_state, DType::i64);
+    check_same_placement("dropout_state", o.dropout_state, q);
+    check_shape("dropout_state", o.dropout_state, {2}, "(seed, offset) =");
+    if (o.dropout_state.data == nullptr) fail("dropout_state.data", "a non-null pointer", "null");
+  }
   return L;
 }
 
@@ -252,6 +261,14 @@ void fill_problem(Problem& p, const AttentionOptions& o, const Layout& L, const 
   p.window_left = left;
   p.window_right = right;
   p.causal = left < 0 && right == 0;
+  if (o.dropout_p > 0.0f) {
+    p.dropout.p = o.dropout_p;
+    p.dropout.keep_scale = float(1.0 / (1.0 - double(o.dropout_p)));
+    p.dropout.threshold = dropout_threshold(o.dropout_p);
+    p.dropout.seed = o.dropout_seed;
+    p.dropout.offset = o.dropout_offset;
+    if (o.dropout_state.present()) p.dropout.state = static_cast<const std::uint64_t*>(o.dropout_state.data);
+  }
   p.q = seq_tensor(q, L.varlen);
   p.k = seq_tensor(k, L.varlen);
   p.v = seq_tensor(v, L.varlen);

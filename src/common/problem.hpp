@@ -5,6 +5,7 @@
 
 #include "common/host_device.hpp"
 #include "common/kv_layout.hpp"
+#include "common/philox.hpp"
 #include "flashattn/tensor.hpp"
 
 namespace flashattn::detail {
@@ -54,6 +55,7 @@ struct Problem {
   int window_left = -1;
   int window_right = -1;
   bool causal = false;
+  DropoutParams dropout;  // dropout.enabled(): p > 0
 
   SeqTensor q, k, v;
   // Where each sequence's keys come from (common/kv_layout.hpp): pages, per-sequence lengths,

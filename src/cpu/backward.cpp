@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cpu/backend.hpp"
+#include "cpu/dropout.hpp"
 #include "cpu/gemm.hpp"
 #include "cpu/score_tile.hpp"
 #include "cpu/tile.hpp"
@@ -101,6 +102,7 @@ struct Workspace {
   FloatBuffer dout, dout_t;  // dO block: rows x width, and transposed
   FloatBuffer dq;            // rows x width accumulator
   FloatBuffer s, dp, tanh;   // keys x queries: P, dP then dS, tanh of the scores (softcap)
+  FloatBuffer z;             // keys x queries: dropout's keep factors (dropout only)
   FloatBuffer scratch;
   alignas(64) float delta[kQueryBlock];  // D = rowsum(dO * O)
   alignas(64) float lse[kQueryBlock];    // LSE, +inf for rows that see nothing
@@ -108,9 +110,12 @@ struct Workspace {
 
 class BackwardTask {
  public:
-  BackwardTask(const detail::BackwardProblem& p, const Plan& plan, float* shares, const Task& task, Workspace& ws)
-      : p_(p), plan_(plan), shares_(shares), task_(task), ws_(ws), seq_(sequence(p, task.batch)),
-        keys_(split_keys(seq_.rows_k, task.split, plan.splits)) {}
+  BackwardTask(const detail::BackwardProblem& p, const Plan& plan, const DropoutStream& rng, float* shares,
+               const Task& task, Workspace& ws)
+      : p_(p), plan_(plan), rng_(rng), shares_(shares), task_(task), ws_(ws), seq_(sequence(p, task.batch)),
+        keys_(split_keys(seq_.rows_k, task.split, plan.splits)) {
+    if (rng_.enabled && ws_.z.empty()) ws_.z.resize(std::size_t(kKeyBlock) * kQueryBlock);
+  }
 
   void run() {
     const int width = plan_.width, head_dim = p_.head_dim;
@@ -162,7 +167,13 @@ class BackwardTask {
         probabilities_from_lse<kQueryBlock>(s, n, ws_.lse);
         // dP^T = V dO^T, then dS^T in its place.
         gemm(n, kQueryBlock, head_dim, {v_j, width, 1}, ws_.dout_t.data(), kQueryBlock, dp, kQueryBlock, false);
+        if (rng_.enabled) {  // dropout (keep factors z): dS = P (dP z - D), dV += (P z)^T dO
+          rng_.factors<kQueryBlock>(task_.batch, h, row0, rows, key0, n, ws_.z.data());
+          for (std::int64_t i = 0; i < std::int64_t(n) * kQueryBlock; ++i) dp[i] *= ws_.z[i];
+        }
         score_gradients<kQueryBlock>(s, dp, n, ws_.delta, p_.softcap > 0 ? tanh : nullptr);
+        if (rng_.enabled)
+          for (std::int64_t i = 0; i < std::int64_t(n) * kQueryBlock; ++i) s[i] *= ws_.z[i];
         // dV_j += P^T dO, dK_j += dS^T Q, dQ_i += dS K_j (dS read through the transposed tile).
         gemm(n, width, rows, {s, kQueryBlock, 1}, ws_.dout.data(), width, dv_j, width, true);
         gemm(n, width, rows, {dp, kQueryBlock, 1}, ws_.q.data(), width, dk_j, width, true);
@@ -214,6 +225,7 @@ class BackwardTask {
 
   const detail::BackwardProblem& p_;
   const Plan& plan_;
+  const DropoutStream& rng_;
   float* shares_;
   Task task_;
   Workspace& ws_;
@@ -255,6 +267,7 @@ void reduce_dq_shares(const detail::BackwardProblem& p, const Plan& plan, const 
 void backward(const detail::BackwardProblem& p) {
   if (p.batch == 0) return;
   const Plan plan = make_plan(p);
+  const DropoutStream rng(p);
   std::vector<Task> tasks;
   for (int b = 0; b < p.batch; ++b)
     for (int hk = 0; hk < p.heads_kv; ++hk)
@@ -267,7 +280,7 @@ void backward(const detail::BackwardProblem& p) {
   {
     Workspace ws(p.head_dim, plan.width);
 #pragma omp for schedule(dynamic, 1)
-    for (std::size_t t = 0; t < tasks.size(); ++t) BackwardTask(p, plan, shares.get(), tasks[t], ws).run();
+    for (std::size_t t = 0; t < tasks.size(); ++t) BackwardTask(p, plan, rng, shares.get(), tasks[t], ws).run();
   }
   if (plan.splits > 1) reduce_dq_shares(p, plan, shares.get());
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/backend.hpp"
+#include "cpu/dropout.hpp"
 #include "cpu/gemm.hpp"
 #include "cpu/score_tile.hpp"
 #include "cpu/tile.hpp"
@@ -37,6 +38,8 @@ struct Workspace {
         o(std::size_t(kQueryBlock) * width),
         scratch(head_dim) {}
 
+  void reserve_dropout() { z.resize(std::size_t(kKeyBlock) * kQueryBlock); }
+
   int width;           // head_dim rounded up to whole vectors
   FloatBuffer q_t;     // head_dim x kQueryBlock: the query block, transposed and pre-scaled
   FloatBuffer k;       // kKeyBlock x head_dim
@@ -44,10 +47,11 @@ struct Workspace {
   FloatBuffer s;       // kKeyBlock x kQueryBlock: scores, then probabilities
   FloatBuffer o;       // kQueryBlock x width: unnormalized output
   FloatBuffer scratch;  // one row
+  FloatBuffer z;        // kKeyBlock x kQueryBlock: dropout's keep factors (dropout only)
   OnlineSoftmax<kQueryBlock> softmax;
 };
 
-void forward_block(const detail::ForwardProblem& p, const Task& task, Workspace& ws) {
+void forward_block(const detail::ForwardProblem& p, const DropoutStream& rng, const Task& task, Workspace& ws) {
   const Sequence seq = sequence(p, task.batch);
   const int head_dim = p.head_dim, width = ws.width;
   const int kv_head = task.head / p.group_size();
@@ -78,6 +82,10 @@ void forward_block(const detail::ForwardProblem& p, const Task& task, Workspace&
     if (p.softcap > 0) softcap_scores(ws.s.data(), n * kQueryBlock, p.softcap, nullptr);
     if (!keys.sees_all(key0, key0 + n)) mask_scores(ws.s.data(), n, key0, keys);
     ws.softmax.update(ws.s.data(), n);
+    if (rng.enabled) {  // dropout after the softmax, for P V only: the row sums stay undropped
+      rng.factors<kQueryBlock>(task.batch, task.head, row0, rows, key0, n, ws.z.data());
+      for (std::int64_t i = 0; i < std::int64_t(n) * kQueryBlock; ++i) ws.s[i] *= ws.z[i];
+    }
     for (int m = 0; m < rows; ++m) {
       float* o_row = ws.o.data() + std::int64_t(m) * width;
       const float factor = ws.softmax.rescale[m];
@@ -106,11 +114,13 @@ void forward(const detail::ForwardProblem& p) {
       for (int h = 0; h < p.heads_q; ++h) tasks.push_back({b, h, block});
   }
   if (tasks.empty()) return;
+  const DropoutStream rng(p);
 #pragma omp parallel
   {
     Workspace ws(p.head_dim);
+    if (rng.enabled) ws.reserve_dropout();
 #pragma omp for schedule(dynamic, 1)
-    for (std::size_t i = 0; i < tasks.size(); ++i) forward_block(p, tasks[i], ws);
+    for (std::size_t i = 0; i < tasks.size(); ++i) forward_block(p, rng, tasks[i], ws);
   }
 }
 

@@ -8,6 +8,7 @@
 #include "common/mask.hpp"
 #include "cpu/access.hpp"
 #include "cpu/backend.hpp"
+#include "cpu/dropout.hpp"
 
 namespace flashattn::cpu {
 namespace {
@@ -79,6 +80,17 @@ void backward_probabilities(std::vector<double>& score, std::optional<DType> rou
   for (double& x : score) x = x == kNegInf ? 0.0 : rounded(std::exp(x - double(stored_lse)), round_to);
 }
 
+// Dropout's keep factor of every key of query row i of (b, h): 1 / (1 - p) or 0 (all 1 without
+// dropout), one element at a time from the definition in common/philox.hpp.
+void dropout_row(const Problem& p, const DropoutStream& rng, int b, int h, int i, int rows_k, std::vector<double>& z) {
+  z.assign(rows_k, 1.0);
+  if (!rng.enabled) return;
+  for (int j = 0; j < rows_k; ++j)
+    z[j] = detail::dropout_value(rng.seed, rng.offset, b, p.heads_q, h, i, j) >= rng.threshold
+               ? double(1.0 / (1.0 - double(p.dropout.p)))
+               : 0.0;
+}
+
 // Runs fn(b, h) for every (batch, head) pair, in parallel.
 template <class Fn>
 void for_each_batch_head(int batch, int heads, Fn&& fn) {
@@ -90,18 +102,20 @@ void for_each_batch_head(int batch, int heads, Fn&& fn) {
 }  // namespace
 
 void reference_forward(const detail::ForwardProblem& p, std::optional<DType> round_to) {
+  const DropoutStream rng(p);
   for_each_batch_head(p.batch, p.heads_q, [&](int b, int h) {
     const Sequence s = sequence(p, b);
     const int hk = h / p.group_size();
-    std::vector<double> prob, tanh_unused, acc(p.head_dim);
+    std::vector<double> prob, tanh_unused, z, acc(p.head_dim);
     for (int i = 0; i < s.rows_q; ++i) {
       scores_row(p, b, s, h, i, prob, tanh_unused, round_to);
-      const double lse = softmax_row(prob, round_to);
+      const double lse = softmax_row(prob, round_to);  // of the undropped scores
+      dropout_row(p, rng, b, h, i, s.rows_k, z);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int j = 0; j < s.rows_k; ++j) {
-        if (prob[j] == 0) continue;
+        if (prob[j] == 0 || z[j] == 0) continue;
         const std::int64_t vj = kv_index(p, p.v, b, s, j, hk);
-        for (int d = 0; d < p.head_dim; ++d) acc[d] += prob[j] * load(p.dtype, p.v.data, vj + d);
+        for (int d = 0; d < p.head_dim; ++d) acc[d] += prob[j] * z[j] * load(p.dtype, p.v.data, vj + d);
       }
       const std::int64_t oi = row_index(p.out, b, s.offset_q, i, h);
       for (int d = 0; d < p.head_dim; ++d) store(p.dtype, p.out.data, oi + d, float(rounded(acc[d], round_to)));
@@ -112,15 +126,20 @@ void reference_forward(const detail::ForwardProblem& p, std::optional<DType> rou
 
 void reference_backward(const detail::BackwardProblem& p, std::optional<DType> round_to) {
   const int D = p.head_dim;
+  const DropoutStream rng(p);
+  // With dropout (keep factors z = mask / (1 - p)), O = (P z) V, so dV = (P z)^T dO, the
+  // gradient of P is dP = (dO V^T) z, and the softmax's backward gives
+  // dS = P (dP - rowsum(P dP)) = P ((dO V^T) z - D) with D = rowsum(P z (dO V^T)) = dO . O.
   // One task per (batch, KV head): dK and dV of a KV head sum over the query heads of its group.
   for_each_batch_head(p.batch, p.heads_kv, [&](int b, int hk) {
     const Sequence s = sequence(p, b);
-    std::vector<double> prob, th, dp, o(D), dq(D);
+    std::vector<double> prob, th, dp, z, o(D), dq(D);
     std::vector<double> dk(std::size_t(s.rows_k) * D, 0.0), dv(std::size_t(s.rows_k) * D, 0.0);
     for (int h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h) {
       for (int i = 0; i < s.rows_q; ++i) {
         scores_row(p, b, s, h, i, prob, th, round_to);
         backward_probabilities(prob, round_to);
+        dropout_row(p, rng, b, h, i, s.rows_k, z);
         const std::int64_t qi = row_index(p.q, b, s.offset_q, i, h);
         const std::int64_t doi = row_index(p.dout, b, s.offset_q, i, h);
         // O recomputed, dP_j = dO . V_j, then D_i = dO_i . O_i.
@@ -133,7 +152,7 @@ void reference_backward(const detail::BackwardProblem& p, std::optional<DType> r
           float dot_f = 0;  // the baseline's float accumulation
           for (int d = 0; d < D; ++d) {
             const double vv = load(p.dtype, p.v.data, vj + d);
-            o[d] += prob[j] * vv;
+            o[d] += prob[j] * z[j] * vv;
             dot += double(load(p.dtype, p.dout.data, doi + d)) * vv;
             dot_f += load(p.dtype, p.dout.data, doi + d) * float(vv);
           }
@@ -144,14 +163,14 @@ void reference_backward(const detail::BackwardProblem& p, std::optional<DType> r
         std::fill(dq.begin(), dq.end(), 0.0);
         for (int j = 0; j < s.rows_k; ++j) {
           if (prob[j] == 0) continue;
-          double ds = prob[j] * (dp[j] - delta);
+          double ds = prob[j] * (dp[j] * z[j] - delta);
           if (p.softcap > 0) ds *= 1.0 - th[j] * th[j];
           ds = rounded(ds, round_to) * p.scale;
           const std::int64_t kj = kv_index(p, p.k, b, s, j, hk);
           for (int d = 0; d < D; ++d) {
             dq[d] += ds * load(p.dtype, p.k.data, kj + d);
             dk[std::size_t(j) * D + d] += ds * load(p.dtype, p.q.data, qi + d);
-            dv[std::size_t(j) * D + d] += prob[j] * load(p.dtype, p.dout.data, doi + d);
+            dv[std::size_t(j) * D + d] += prob[j] * z[j] * load(p.dtype, p.dout.data, doi + d);
           }
         }
         const std::int64_t dqi = row_index(p.dq, b, s.offset_q, i, h);

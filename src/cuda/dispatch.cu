@@ -161,7 +161,16 @@ Family choose_family(const detail::Problem& p, const char* direction, int cc, bo
 // 1.25-2.99 TB/s in an earlier run (docs/log/sm80-forward.md).
 constexpr int kDecodeMaxQueryRows = 16;
 
+// Dropout with softcap: not on the GPU (flash-attn 2 rejects the pair too); the CPU has both.
+void check_dropout(const detail::Problem& p) {
+  if (p.dropout.enabled() && p.softcap > 0)
+    throw Error(ErrorKind::unsupported, "dropout_p",
+                "0 with softcap > 0 on the CUDA backend (dropout with soft-capping is not built there)",
+                std::to_string(p.dropout.p));
+}
+
 void forward(const detail::ForwardProblem& p) {
+  check_dropout(p);
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
   const bool decoding = p.seqlen_q <= kDecodeMaxQueryRows;
@@ -200,6 +209,7 @@ void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppe
 }
 
 void backward(const detail::BackwardProblem& p) {
+  check_dropout(p);
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
   // Hopper runs the sm90 backward at the head dims it has (sm90/backward_traits.cuh); the

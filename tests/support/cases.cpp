@@ -221,6 +221,87 @@ std::vector<Case> shared_cases(TableFor backend) {
       add(c);
     }
   }
+  // Dropout (common/philox.hpp): the reference drops the same entries for the same seed and
+  // offset. Odd sizes cut 16 x 16 random blocks and tiles at every edge; GQA, windows and
+  // variable length move (batch, head, row, key) away from the tile grid; a padded layout and
+  // seqlen_q > seqlen_k with causal leave rows that see nothing.
+  {
+    Case c;
+    c.dropout_p = 0.17f;
+    c.name = "dropout_seqlen1000";
+    c.seqlen_q = c.seqlen_k = 1000;
+    add(c);
+    c.name = "dropout_seqlen1000_causal";
+    c.causal = true;
+    add(c);
+    c.name = "dropout_q129_k64_causal";
+    c.seqlen_q = 129;
+    c.seqlen_k = 64;
+    add(c);
+    c.name = "dropout_q17_k300";
+    c.causal = false;
+    c.seqlen_q = 17;
+    c.seqlen_k = 300;
+    add(c);
+    c.name = "dropout_seqlen1";
+    c.seqlen_q = c.seqlen_k = 1;
+    add(c);
+    c.name = "dropout_window_gqa";
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.seqlen_q = 250;
+    c.seqlen_k = 300;
+    c.window_left = 64;
+    c.window_right = 16;
+    add(c);
+    c.name = "dropout_varlen_gqa_causal";
+    c.batch = 4;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.window_left = c.window_right = -1;
+    c.causal = true;
+    c.lens_q = {17, 0, 128, 65};
+    c.lens_k = {30, 5, 128, 1};
+    add(c);
+    c.name = "dropout_batch2_padded";
+    c.lens_q.clear();
+    c.lens_k.clear();
+    c.causal = false;
+    c.batch = 2;
+    c.heads_q = c.heads_kv = 2;
+    c.seqlen_q = 70;
+    c.seqlen_k = 90;
+    c.layout = Layout::padded;
+    add(c);
+    if (backend == TableFor::cpu) {  // the CUDA backend rejects dropout with softcap (as flash-attn)
+      c.name = "dropout_softcap";
+      c.layout = Layout::bshd;
+      c.softcap = 5.0f;
+      add(c);
+    }
+    for (int d : {32, 64, 96, 128, 192, 256}) {
+      Case h;
+      h.dropout_p = 0.3f;
+      h.name = "dropout_hd" + std::to_string(d) + "_causal";
+      h.head_dim = d;
+      h.seqlen_q = 200;
+      h.seqlen_k = 333;
+      h.causal = true;
+      add(h);
+    }
+    // GPU table only (the float64 reference of its backward takes 20 s on the CPU): more query
+    // tiles than SMs, a high p.
+    Case big;
+    big.name = "dropout_p90_many_tiles";
+    big.dropout_p = 0.9f;
+    big.batch = 2;
+    big.heads_q = 8;
+    big.heads_kv = 2;
+    big.seqlen_q = 1050;
+    big.seqlen_k = 200;
+    big.head_dim = 128;
+    if (backend == TableFor::cuda) add(big);
+  }
   // Large magnitudes: scores in the thousands must not overflow or produce NaN.
   {
     Case c;
@@ -254,6 +335,12 @@ std::vector<Case> tiny_cases() {
   c.softcap = 0;
   c.window_left = 1;
   c.window_right = 1;
+  t.push_back(c);
+  c.name = "tiny_dropout";
+  c.window_left = c.window_right = -1;
+  c.seqlen_q = 5;
+  c.seqlen_k = 20;
+  c.dropout_p = 0.3f;
   t.push_back(c);
   return t;
 }

@@ -1,5 +1,6 @@
 #pragma once
 // The shared case table: every backend runs these shapes and options.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ struct Case {
   int window_right = -1;
   float softcap = 0.0f;
   float magnitude = 1.0f;  // inputs are N(0, magnitude^2)
+  // Dropout probability (0 = off); the run's dropout seed and offset derive from the test seed,
+  // and the reference drops the same entries (src/common/philox.hpp).
+  float dropout_p = 0.0f;
+  // Set by the harness from the test seed (cases leave them alone): the dropout stream, and
+  // whether the call reads it from an int64 tensor in the operands' memory (dropout_state).
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+  bool dropout_in_memory = false;
   std::vector<int> lens_q, lens_k;  // non-empty: variable length with these sequence lengths
   Layout layout = Layout::bshd;
   bool with_lse = true;

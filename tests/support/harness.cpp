@@ -73,8 +73,35 @@ int max_of(const std::vector<int>& lens) {
   return m;
 }
 
-// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k` on `device`.
-void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k) {
+// The case with its dropout stream drawn from the test seed: the seed, and an offset just
+// below 2^32 so that the counters' low word carries into the high one within the call.
+// Variable-length and padded cases pass the stream through a dropout_state tensor.
+Case with_dropout_stream(const Case& c, std::uint64_t seed) {
+  Case r = c;
+  if (c.dropout_p > 0) {
+    r.dropout_seed = seed * 0x9E3779B97F4A7C15ull + 0x5DEECE66Dull;
+    r.dropout_offset = 0xFFFFFF00ull + (seed & 0xff) * 32;
+    r.dropout_in_memory = c.varlen() || c.layout == Layout::padded;
+  }
+  return r;
+}
+
+// The dropout_state tensor of a case: (seed, offset) as int64.
+HostTensor make_dropout_state(const Case& c) {
+  HostTensor t(DType::i64, {2});
+  auto* p = static_cast<std::uint64_t*>(t.data());
+  p[0] = c.dropout_seed;
+  p[1] = c.dropout_offset;
+  return t;
+}
+
+// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k` on `device`, and the
+// dropout state at `state` when given (the values otherwise).
+void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k, TensorView state = {}) {
+  o.dropout_p = c.dropout_p;
+  o.dropout_seed = c.dropout_seed;
+  o.dropout_offset = c.dropout_offset;
+  if (c.dropout_p > 0 && c.dropout_in_memory) o.dropout_state = state;
   o.causal = c.causal;
   o.window_left = c.window_left;
   o.window_right = c.window_right;
@@ -180,7 +207,8 @@ std::string BackwardCheck::describe() const {
   return s.str();
 }
 
-ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed) {
+ForwardCheck check_forward(const Case& case_, DType dtype, DeviceKind device, std::uint64_t seed) {
+  const Case c = with_dropout_stream(case_, seed);
   std::mt19937_64 rng(seed);
   HostTensor q = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
   HostTensor k = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
@@ -194,10 +222,11 @@ ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::u
   out.poison();
   lse.poison();
   HostTensor cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k);
+  HostTensor state = make_dropout_state(c);
 
-  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k});
+  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &state});
   ForwardArgs a;
-  fill_options(a, c, ops.view(5), ops.view(6));
+  fill_options(a, c, ops.view(5), ops.view(6), ops.view(7));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);
@@ -250,7 +279,7 @@ struct BackwardRun {
 
 // Inputs of a backward check, drawn from `seed`.
 struct BackwardInputs {
-  HostTensor q, k, v, dout, out, lse, cu_q, cu_k;
+  HostTensor q, k, v, dout, out, lse, cu_q, cu_k, state;
 };
 
 BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t seed) {
@@ -266,6 +295,7 @@ BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t se
   }
   in.cu_q = make_offsets(c.lens_q);
   in.cu_k = make_offsets(c.lens_k);
+  in.state = make_dropout_state(c);
   // out and LSE as a correct forward produces them: the reference, out rounded to dtype.
   HostTensor ref_out;
   run_reference_forward(c, in.q, in.k, in.v, in.cu_q, in.cu_k, ref_out, in.lse, std::nullopt);
@@ -280,9 +310,10 @@ BackwardRun run_backward(const Case& c, DType dtype, DeviceKind device, Backward
                 make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k),
                 make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k)};
   for (HostTensor* t : {&r.dq, &r.dk, &r.dv}) t->poison();
-  Operands ops(device, {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k});
+  Operands ops(device,
+               {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k, &in.state});
   BackwardArgs a;
-  fill_options(a, c, ops.view(9), ops.view(10));
+  fill_options(a, c, ops.view(9), ops.view(10), ops.view(11));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);
@@ -321,8 +352,9 @@ BackwardRun reference_gradients(const Case& c, BackwardInputs& in, std::optional
 
 }  // namespace
 
-BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+BackwardCheck check_backward(const Case& case_, DType dtype, DeviceKind device, std::uint64_t seed,
                              bool deterministic) {
+  const Case c = with_dropout_stream(case_, seed);
   BackwardInputs in = make_backward_inputs(c, dtype, seed);
   BackwardRun got = run_backward(c, dtype, device, in, deterministic);
   BackwardRun ref = reference_gradients(c, in, std::nullopt);
@@ -343,8 +375,50 @@ BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std:
   return r;
 }
 
-bool backward_is_reproducible(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+std::vector<bool> dropout_kept_entries(const Case& case_, DType dtype, DeviceKind device, std::uint64_t seed,
+                                       bool reference) {
+  const Case c = with_dropout_stream(case_, seed);
+  HostTensor q = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  HostTensor k = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
+  HostTensor v = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
+  HostTensor out = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  std::mt19937_64 rng(seed);
+  k.fill_normal(rng, 1.0f);
+  for (std::int64_t i = 0; i < q.numel(); ++i) q.set(i, 0.0f);
+  // Logical (b, j, h, d) order: V[b, j, h, d] = (d == j).
+  for (std::int64_t i = 0; i < v.numel(); ++i) {
+    const std::int64_t d = i % c.head_dim, j = (i / c.head_dim / c.heads_kv) % c.seqlen_k;
+    v.set(i, d == j ? 1.0f : 0.0f);
+  }
+  out.poison();
+  HostTensor lse = make_lse(c), cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k);
+  HostTensor state = make_dropout_state(c);
+  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &state});
+  ForwardArgs a;
+  fill_options(a, c, ops.view(5), ops.view(6), ops.view(7));
+  a.q = ops.view(0);
+  a.k = ops.view(1);
+  a.v = ops.view(2);
+  a.out = ops.view(3);
+  if (reference)
+    reference::forward(a);
+  else
+    forward(a);
+  ops.download({3});
+  std::vector<bool> kept(std::size_t(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k);
+  for (int b = 0; b < c.batch; ++b)
+    for (int i = 0; i < c.seqlen_q; ++i)
+      for (int h = 0; h < c.heads_q; ++h)
+        for (int j = 0; j < c.seqlen_k; ++j) {
+          const std::int64_t e = ((std::int64_t(b) * c.seqlen_q + i) * c.heads_q + h) * c.head_dim + j;
+          kept[((std::size_t(b) * c.heads_q + h) * c.seqlen_q + i) * c.seqlen_k + j] = out.get(e) != 0.0f;
+        }
+  return kept;
+}
+
+bool backward_is_reproducible(const Case& case_, DType dtype, DeviceKind device, std::uint64_t seed,
                               bool deterministic) {
+  const Case c = with_dropout_stream(case_, seed);
   BackwardInputs in = make_backward_inputs(c, dtype, seed);
   BackwardRun first = run_backward(c, dtype, device, in, deterministic);
   for (int attempt = 0; attempt < 3; ++attempt) {

@@ -3,6 +3,7 @@
 // reference: fresh random inputs, poisoned outputs, a same-precision baseline for tolerances.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cases.hpp"
 #include "flashattn/tensor.hpp"
@@ -34,6 +35,13 @@ ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::u
 // out and LSE come from the reference (rounded to dtype), so the backward is tested alone.
 BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
                              bool deterministic = false);
+
+// Which entries of P dropout keeps, as a backend computes them: q = 0 (every visible key gets
+// the same weight) and V row j = e_j (head_dim >= seqlen_k), so that out[b, i, h, j] != 0 iff
+// key j is visible to query row i and kept. kept[((b * heads_q + h) * seqlen_q + i) * seqlen_k + j].
+// device = cpu with `reference` set: the float64 reference's. Fixed-length cases only.
+std::vector<bool> dropout_kept_entries(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
+                                       bool reference = false);
 
 // Runs the backward twice on identical inputs; true if dq, dk, dv are bit-identical.
 bool backward_is_reproducible(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,

@@ -10,16 +10,29 @@ variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse 
 (batch, nheads, seqlen_q), or (nheads, total_q) packed, contiguous. Outputs are allocated here;
 CUDA work runs on the current stream; CPU tensors run on flashattn's CPU backend.
 
+Dropout (dropout_p > 0): the random numbers come from torch's generator of q's device, so
+torch.manual_seed reproduces a run. Each call draws a (seed, offset) pair into a small int64
+tensor with torch.randint (an ordinary generator op, so CUDA graphs capture it: every replay
+draws anew) and the kernels read the pair from that tensor when they run; the backward reuses
+the forward's tensor, so it regenerates the same mask. Which entries a (seed, offset) drops is
+the same on the CPU and every GPU kernel (src/common/philox.hpp). The dropout is applied whenever
+dropout_p > 0, as in flash-attn (pass 0 in evaluation).
+
+return_attn_probs=True returns (out, softmax_lse, S_dmask). Without dropout S_dmask is None
+(flash-attn returns an unspecified tensor there). With dropout it is, as flash-attn's, a
+(batch, nheads, seqlen_q rounded up to 128, seqlen_k rounded up to 128) tensor of probabilities
+relative to the running max of flash-attn 2's key blocks, with dropped entries negated: its tests
+decode it (sign = mask; magnitudes normalized by the LSE). It is computed here, in float32 from q
+and k, for testing only: O(seqlen_q * seqlen_k) memory.
+
 flash_attn_with_kvcache serves models: attention over a KV cache, contiguous or paged
 (block_table, pages of any multiple of 16 tokens from 16 to 512), with the new tokens' keys and
 values appended in place and rotary embeddings applied in the same call.
 flash_attn_varlen_func(..., block_table=...) attends packed queries to a paged cache
-(inference only: no gradient flows to the pages).
+(inference only: no gradient flows to the pages, no dropout).
 
-Differences from flash-attn: dropout (dropout_p > 0) and ALiBi (alibi_slopes) are not
-implemented and raise NotImplementedError. return_attn_probs=True returns
-(out, softmax_lse, None): the probabilities are never formed (flash-attn also returns None there
-without dropout). As in flash-attn, no gradient flows through softmax_lse.
+ALiBi (alibi_slopes) is not implemented and raises NotImplementedError. Dropout together with softcap raises NotImplementedError on CUDA tensors (as
+flash-attn). As in flash-attn, no gradient flows through softmax_lse.
 
 Autograd runs flashattn's backward. Both directions are torch.library custom ops
 (flashattn::forward, flashattn::backward) with fake implementations and an autograd rule, so
@@ -33,7 +46,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _C
+from . import _C, _dropout
 
 __all__ = [
     "KvCacheBoundsError",
@@ -61,13 +74,14 @@ def _empty_lse(q: Tensor, varlen: bool) -> Tensor:
     return q.new_empty(shape, dtype=torch.float32)
 
 
-def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                   causal, window_left, window_right, softcap):  # fmt: skip
+def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, max_seqlen_q, max_seqlen_k, dropout_p,
+                   softmax_scale, causal, window_left, window_right, softcap):  # fmt: skip
     _C.forward(
         q, k, v, out, lse,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
+        dropout_state=rng_state if dropout_p > 0.0 else None,
     )  # fmt: skip
 
 
@@ -77,8 +91,10 @@ def _forward(
     v: Tensor,
     cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor],
+    rng_state: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
+    dropout_p: float,
     softmax_scale: Optional[float],
     causal: bool,
     window_left: int,
@@ -87,8 +103,8 @@ def _forward(
     deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
     out, lse = torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
-    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                   causal, window_left, window_right, softcap)  # fmt: skip
+    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, max_seqlen_q, max_seqlen_k, dropout_p,
+                   softmax_scale, causal, window_left, window_right, softcap)  # fmt: skip
     return out, lse
 
 
@@ -112,8 +128,10 @@ def _backward(
     lse: Tensor,
     cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor],
+    rng_state: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
+    dropout_p: float,
     softmax_scale: Optional[float],
     causal: bool,
     window_left: int,
@@ -127,7 +145,8 @@ def _backward(
         deterministic=deterministic, softmax_scale=softmax_scale, causal=causal,
         window_size=(window_left, window_right), softcap=softcap,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
+        dropout_state=rng_state if dropout_p > 0.0 else None,
     )  # fmt: skip
     return dq, dk, dv
 
@@ -138,20 +157,20 @@ def _backward_fake(dout, q, k, v, *rest) -> tuple[Tensor, Tensor, Tensor]:
 
 # ---- autograd: one rule, used by the custom op and by the eager Function -----------------------
 
-_NON_TENSOR_INPUTS = 10  # forward inputs after q, k, v: none of them has a gradient
+_NON_TENSOR_INPUTS = 12  # forward inputs after q, k, v: none of them has a gradient
 
 
 def _save_for_backward(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
+    q, k, v, cu_seqlens_q, cu_seqlens_k, rng_state, *options = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state)
     ctx.options = options
 
 
 def _gradients(ctx, dout: Tensor, backward) -> tuple:
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
     dout = _last_dim_contiguous(dout, "dout")
-    dq, dk, dv = backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.options)
+    dq, dk, dv = backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, *ctx.options)
     return (dq, dk, dv) + (None,) * _NON_TENSOR_INPUTS
 
 
@@ -188,31 +207,57 @@ def _last_dim_contiguous(x: Tensor, name: str) -> Tensor:
     return x if x.dim() == 0 or x.stride(-1) == 1 else x.contiguous()
 
 
+def _draw_rng_state(q: Tensor) -> Tensor:
+    """(seed, offset) for one call's dropout, int64, on q's device, from torch's generator there."""
+    return torch.randint(0, 2**62, (2,), dtype=torch.int64, device=q.device)
+
+
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-               return_lse, block_table=None, seqused_k=None) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
-    """(out, lse); lse is None where neither the caller nor autograd needs it."""
+               return_lse, block_table=None, seqused_k=None) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:  # fmt: skip
+    """(out, lse, rng_state); lse is None where neither the caller nor autograd needs it, rng_state
+    None without dropout."""
+    if isinstance(dropout_p, Tensor):
+        dropout_p = dropout_p.item()
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool):
+        raise TypeError(f"flashattn: dropout_p: expected a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"flashattn: dropout_p: expected a probability in [0, 1), got {dropout_p}")
-    if dropout_p > 0.0:
-        raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 (dropout is not implemented), got {dropout_p}")
+    dropout_p = float(dropout_p)
     if alibi_slopes is not None:
         raise NotImplementedError("flashattn: alibi_slopes: expected None (ALiBi is not implemented), got a tensor")
     window_left, window_right = window_size
     if block_table is not None or seqused_k is not None:
-        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                             causal, window_left, window_right, softcap, block_table, seqused_k, return_lse)
+        if dropout_p > 0.0:
+            raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 with block_table/seqused_k (paged calls are inference only), got {dropout_p}")
+        out, lse = _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                                 causal, window_left, window_right, softcap, block_table, seqused_k, return_lse)
+        return out, lse, None
+    rng_state = _draw_rng_state(q) if dropout_p > 0.0 and isinstance(q, Tensor) else None
     inputs = (
         _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v"),
-        cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+        cu_seqlens_q, cu_seqlens_k, rng_state, int(max_seqlen_q), int(max_seqlen_k), dropout_p,
         None if softmax_scale is None else float(softmax_scale), bool(causal),
         int(window_left), int(window_right), float(softcap), bool(deterministic),
     )  # fmt: skip
     if torch.compiler.is_compiling():
-        return _forward_op(*inputs)
+        return (*_forward_op(*inputs), rng_state)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _EagerAttention.apply(*inputs)
-    return _forward(*inputs) if return_lse else (_forward_without_lse(*inputs), None)
+        return (*_EagerAttention.apply(*inputs), rng_state)
+    if return_lse:
+        return (*_forward(*inputs), rng_state)
+    return _forward_without_lse(*inputs), None, rng_state
+
+
+def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                window_size, softcap, rng_state) -> Optional[Tensor]:  # fmt: skip
+    """return_attn_probs' third value: None without dropout, else flash-attn's S_dmask."""
+    if rng_state is None:
+        return None
+    with torch.no_grad():
+        return _dropout.attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                   int(max_seqlen_k), float(dropout_p.item() if isinstance(dropout_p, Tensor) else dropout_p),
+                                   softmax_scale, causal, window_size, softcap, rng_state)  # fmt: skip
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
@@ -337,9 +382,9 @@ def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     if leftpad_k is not None:
         raise NotImplementedError("flashattn: leftpad_k: expected None (use flash_attn_with_kvcache's cache_leftpad)")
     with torch.no_grad():
-        out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                              softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
-                              False, True, block_table, seqused_k)  # fmt: skip
+        out, lse, _ = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                 softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
+                                 False, True, block_table, seqused_k)  # fmt: skip
     return out, lse, None, None
 
 
@@ -353,13 +398,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim).
     softmax_scale: default 1 / sqrt(headdim). causal: bottom-right aligned when seqlen_q !=
     seqlen_k. window_size: (left, right) sliding window, -1 unbounded. softcap: 0 = off.
-    deterministic: the backward gives the same bits on every run.
-    Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) with
-    return_attn_probs=True; softmax_lse is float32 (batch, nheads, seqlen_q).
+    deterministic: the backward gives the same bits on every run. dropout_p: probability of
+    dropping each attention probability (kept ones scaled by 1 / (1 - dropout_p)), drawn from
+    torch's generator of q's device.
+    Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, S_dmask) with
+    return_attn_probs=True; softmax_lse is float32 (batch, nheads, seqlen_q); S_dmask is None
+    without dropout, else the probabilities with dropped entries negated (module docstring).
     """
-    out, lse = _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size,
-                          softcap, alibi_slopes, deterministic, return_attn_probs)  # fmt: skip
-    return (out, lse, None) if return_attn_probs else out
+    out, lse, rng_state = _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size,
+                                     softcap, alibi_slopes, deterministic, return_attn_probs)  # fmt: skip
+    if not return_attn_probs:
+        return out
+    return out, lse, _attn_probs(q, k, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size, softcap,
+                                 rng_state)  # fmt: skip
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -374,14 +425,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     nheads_k, headdim), sequence b's keys its first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows
     (or seqused_k[b]); inference only. seqused_k (batch,) int32: sequence b uses only its first
     seqused_k[b] keys.
-    Returns out (total_q, nheads, headdim), or (out, softmax_lse, None) with
-    return_attn_probs=True; softmax_lse is float32 (nheads, total_q). Other arguments as
-    flash_attn_func.
+    Returns out (total_q, nheads, headdim), or (out, softmax_lse, S_dmask) with
+    return_attn_probs=True; softmax_lse is float32 (nheads, total_q); S_dmask (dropout only) is
+    (batch, nheads, max_seqlen_q rounded up to 128, max_seqlen_k rounded up to 128). Other
+    arguments as flash_attn_func.
     """
-    out, lse = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                          softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                          return_attn_probs, block_table, seqused_k)  # fmt: skip
-    return (out, lse, None) if return_attn_probs else out
+    out, lse, rng_state = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                     softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                     return_attn_probs, block_table, seqused_k)  # fmt: skip
+    if not return_attn_probs:
+        return out
+    return out, lse, _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                 softmax_scale, causal, window_size, softcap, rng_state)  # fmt: skip
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

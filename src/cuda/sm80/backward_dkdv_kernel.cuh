@@ -4,6 +4,8 @@
 // it, for each query head of its chunk:
 //   S = Q K^T, dP = dO V^T            (registers)
 //   P, dS from S, dP, LSE and D       (backward_scores.cuh), stored to shared memory
+//                                     (dropout: dS = P (dP z - D) and P z stored instead of P,
+//                                      z = keep / (1 - p), common/dropout.cuh)
 //   dV += P^T dO, dK += dS^T Q        (registers, for the whole walk)
 //   dQ += dS K                        (fp32 atomics into the workspace; skipped in
 //                                      deterministic mode, where backward_dq_kernel.cuh runs)
@@ -12,6 +14,7 @@
 // query heads of a KV head are split over several CTAs.
 #include <cute/tensor.hpp>
 
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/mask_tiles.cuh"
@@ -24,9 +27,9 @@
 namespace flashattn::cuda::sm80 {
 
 // kSoftcap: the scores pass through softcap * tanh(scores / softcap). kAccumulateDq: dQ by
-// atomics (off in deterministic mode). Template parameters, so that no step carries the code
-// (or the branches) of a case it is not.
-template <class Traits, bool kSoftcap, bool kAccumulateDq>
+// atomics (off in deterministic mode). kDropout: dropout on P (p.dropout). Template
+// parameters, so that no step carries the code (or the branches) of a case it is not.
+template <class Traits, bool kSoftcap, bool kAccumulateDq, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -152,6 +155,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // Tile-local (row, key) and (row, dim) coordinates of the accumulators.
   Tensor s_coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{})));
   constexpr int kRows = decltype(size<0>(s_coords))::value;
+  [[maybe_unused]] Tensor s_coords_acc = thr_sdp.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
+  [[maybe_unused]] DropoutStream dropout_rng;
+  if constexpr (kDropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
+  // The S/dP warps sit side by side along the keys unless there is one column of them.
+  constexpr bool kPairedTiles = kDropoutPairedTiles<Traits::kWarps / Traits::kSdPWarpsM>;
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
@@ -211,7 +219,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
+    if constexpr (kDropout) {
+      DropoutBits<decltype(size(acc_s))::value> keep;
+      keep.template draw<kPairedTiles>(acc_s, s_coords_acc, dropout_rng, b, head, row0, key0);
+      keep.scale(acc_dp, p.dropout.keep_scale);  // dP z
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
+      keep.scale(acc_s, p.dropout.keep_scale);  // P z, for dV
+    } else {
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
+    }
 
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), tPsP);
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), tdSsdS);

@@ -14,8 +14,8 @@
 
 namespace flashattn::cuda::sm80 {
 
-// kSoftcap: as in the main kernel (backward_dkdv_kernel.cuh).
-template <class Traits, bool kSoftcap>
+// kSoftcap, kDropout: as in the main kernel (backward_dkdv_kernel.cuh).
+template <class Traits, bool kSoftcap, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     backward_dq_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -89,6 +89,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
   Tensor s_coords = rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{})));
   constexpr int kRows = decltype(size<0>(s_coords))::value;
+  [[maybe_unused]] Tensor s_coords_acc = thr_mma.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
+  [[maybe_unused]] DropoutStream dropout_rng;
+  if constexpr (kDropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
   float lse_log2[kRows], delta[kRows];
   const std::int64_t stats_offset = std::int64_t(head) * p.dense_rows_q + seq.dense_q + row0;
   load_row_stats(lse_log2, delta, s_coords, p.lse_log2 + stats_offset, p.delta + stats_offset, valid_rows);
@@ -126,6 +129,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
+    if constexpr (kDropout)  // dS = P (dP z - D): z = keep / (1 - p) on dP; warps along rows only
+      apply_dropout_scaled<kDropoutPairedTiles<1>>(acc_dp, s_coords_acc, dropout_rng, b, head, row0, key0,
+                                                   p.dropout.keep_scale);
     scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0);
 
     Tensor ds = convert_fragment<Element>(acc_dp);

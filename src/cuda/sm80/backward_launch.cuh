@@ -50,6 +50,7 @@ inline BackwardParams make_params(const detail::BackwardProblem& problem) {
   p.softcap = problem.softcap;
   p.window_left = problem.window_left;
   p.window_right = problem.window_right;
+  p.dropout = problem.dropout;
   p.dense_rows_q = std::int64_t(problem.batch) * problem.seqlen_q;
   p.dense_rows_k = std::int64_t(problem.batch) * problem.seqlen_k;
   return p;
@@ -128,14 +129,21 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const dim3 q_rows_grid(ceil_div(problem.seqlen_q, Rows::kRowsPerBlock), problem.heads_q, batch);
   launch(backward_preprocess_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   const dim3 main_grid(n_blocks, problem.heads_kv * p.head_splits, batch);
-  if (problem.deterministic)
+  // Dropout: its own kernels, without softcap (the dispatcher rejects the pair, as flash-attn).
+  const bool dropout = problem.dropout.enabled();
+  if (dropout)
+    launch(problem.deterministic ? backward_dkdv_kernel<Main, false, false, true>
+                                 : backward_dkdv_kernel<Main, false, true, true>,
+           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
+  else if (problem.deterministic)
     launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, false> : backward_dkdv_kernel<Main, false, false>,
            main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
   else
     launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, true> : backward_dkdv_kernel<Main, false, true>,
            main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
   if (problem.deterministic) {
-    launch(p.softcap > 0 ? backward_dq_kernel<DqOnly, true> : backward_dq_kernel<DqOnly, false>,
+    launch(dropout ? backward_dq_kernel<DqOnly, false, true>
+           : p.softcap > 0 ? backward_dq_kernel<DqOnly, true> : backward_dq_kernel<DqOnly, false>,
            dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch), DqOnly::kThreads,
            DqOnly::kSmemBytes, stream, p);
   } else {

@@ -6,7 +6,7 @@
 // Per key tile, walking from the last tile to the first:
 //   S = Q K^T (mma.sync, operands by ldmatrix from swizzled shared memory)
 //   logits (softcap), mask (only on tiles that cut a row's window or the sequence end)
-//   online softmax (rescale O once per tile), O += P V
+//   online softmax (rescale O once per tile), [dropout on P (kDropout)], O += P V
 // K and V tiles are double-buffered against each other with cp.async: V(j) loads during
 // Q K(j)^T, K(j-1) during softmax and P V(j). Each warp owns 16-row slices of the tile, so the
 // softmax needs no shared-memory exchange. O is normalized once at the end and written through
@@ -16,6 +16,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/common/device_math.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/online_softmax.cuh"
@@ -80,7 +81,10 @@ __device__ inline bool locate_block(const ForwardParams& p, int block_m, int blo
   return true;
 }
 
-template <class Traits>
+// kDropout: P is dropped (common/dropout.cuh) after the softmax, for P V only; the row sums and
+// the LSE are those of the undropped scores, and O is scaled by 1 / (1 - p) at the end.
+// Requires params.pack == 1. A template flag, so that kernels without dropout carry none of it.
+template <class Traits, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   using namespace cute;
@@ -282,6 +286,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   load_kv_tile(tKsK, k_seq, params.k_layout, blk.tiles.end - 1);
   cp_async_commit();
   OnlineSoftmax<kRows> softmax;
+  [[maybe_unused]] DropoutStream dropout_rng;
+  [[maybe_unused]] Tensor score_coords_acc =
+      thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  if constexpr (kDropout) dropout_rng = DropoutStream::load(params.dropout, params.heads_q);
 
   for (int tile = blk.tiles.end - 1; tile >= blk.tiles.begin; --tile) {
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -324,6 +332,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
     if (warp_has_rows) {
       softmax.step(scores, acc_o_rc, params.scale_log2, tile == blk.tiles.end - 1);
+      if constexpr (kDropout)  // the forward's warps span the tile's keys: n8 tiles come in pairs
+        apply_dropout<true>(acc_s, score_coords_acc, dropout_rng, blk.batch, blk.head_block, blk.row0,
+                            tile * kBlockN);
       Tensor p = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand_layout(p.layout()));
       gemm_reg_smem(acc_o, tOrP, tOrVt, tOsVt, tiled_mma, smem_copy_v, smem_thr_v);
@@ -333,6 +344,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   // ---- epilogue ----------------------------------------------------------------------------
   float lse[kRows];
   softmax.finalize(acc_o_rc, params.logit_scale, lse);
+  if constexpr (kDropout) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= params.dropout.keep_scale;
+  }
 
   if (params.num_splits > 1) {
     // fp32 partial output and LSE of this split, straight from registers.

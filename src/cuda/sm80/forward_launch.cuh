@@ -60,6 +60,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
   f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
   f.pack = 1;
   f.num_splits = 1;
+  f.dropout = p.dropout;
   return f;
 }
 
@@ -72,16 +73,16 @@ struct KernelResidency {
   int l2_bytes = 0;
 };
 
-template <class Traits>
+template <class Traits, bool kDropout = false>
 KernelResidency prepare_forward_kernel(int device) {
   auto query = [device] {
     KernelResidency r;
     if (Traits::kSmemBytes > 48 * 1024)
-      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits>,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kDropout>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
     return r;
   };
@@ -101,14 +102,14 @@ inline void check_grid(const char* what, long long value, long long limit) {
 }
 
 // Launches one tile configuration. num_splits = 0 lets the heuristic choose (tuning tools force
-// a count).
-template <class Traits>
+// a count). kDropout: the kernel with dropout (params.pack must be 1).
+template <class Traits, bool kDropout = false>
 void launch_forward(const detail::ForwardProblem& problem, ForwardParams params, int device,
                     int num_splits = 0) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
-  const KernelResidency residency = prepare_forward_kernel<Traits>(device);
+  const KernelResidency residency = prepare_forward_kernel<Traits, kDropout>(device);
 
   const long long rows = static_cast<long long>(problem.seqlen_q) * params.pack;
   const int m_blocks = int((rows + Traits::kBlockM - 1) / Traits::kBlockM);
@@ -149,7 +150,7 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
     params.partial_lse = workspace.at<float>(lse_offset);
   }
 
-  forward_kernel<Traits><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  forward_kernel<Traits, kDropout><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
   FA_CUDA_CHECK_LAUNCH();
 
   if (params.num_splits > 1) {
@@ -171,6 +172,12 @@ void run_forward(const detail::ForwardProblem& problem) {
   using DecodeTraits = ForwardTraits<Element, HeadDim, kDecode.block_m, kDecode.block_n, kDecode.warps>;
 
   ForwardParams params = make_forward_params(problem);
+  if (problem.dropout.enabled()) {
+    // One extra kernel per (dtype, head dim): prefill tiles, query heads never packed into
+    // rows (dropout's stream is laid out per query head; common/philox.hpp).
+    launch_forward<PrefillTraits, true>(problem, params, problem.device_index);
+    return;
+  }
   params.pack = choose_pack(problem, kPrefill);
   if (use_decode_tiles(problem, params.pack, kDecode) ||
       short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack))

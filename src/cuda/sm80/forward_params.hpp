@@ -34,6 +34,9 @@ struct ForwardParams {
   float logit_scale;
   float softcap_input;  // scale / softcap; 0 = no softcap
   bool negate_scores;   // softmax scale < 0 without softcap: logits are -q.k
+  // Dropout (common/philox.hpp), applied by the kernel instantiated with kDropout = true, which
+  // runs with pack == 1 (a tile's rows are rows of one query head).
+  detail::DropoutParams dropout;
 
   // Query heads packed into the rows of one tile: 1, or `group` (then blockIdx.y is a KV head
   // and packed row r is query row r / pack of query head kv_head * group + r % pack).

@@ -29,7 +29,7 @@ inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, b
 // Covered: f16/bf16, the built head dims (forward 64/96/128/192/256, backward 64/96/128), causal,
 // sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
 // as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
-// V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores).
+// V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores). Dropout both ways.
 inline bool supports_forward(const detail::ForwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.out, true);

@@ -10,10 +10,14 @@
 //   5. dQ to its staging buffer for the dQ writer warp (backward_producer.cuh), then the Q and dO
 //      stages are released.
 // After the last step dK (times the softmax scale) and dV go to global memory.
+// kDropout: after step 2's P^T, the step's keep bits are drawn (common/dropout.cuh: the stream's
+// words as the untransposed tile's lanes draw them, transposed by movmatrix) while dP^T
+// computes; dS^T = P^T (dP^T z - D) and dV += (P^T z) dO, z = keep / (1 - p).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_conversion.h>
 
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_tile.cuh"
@@ -89,7 +93,7 @@ CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh 
 
 // One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
 // so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
-template <class Traits, bool kSoftcap>
+template <class Traits, bool kSoftcap, bool kDropout = false>
 CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                        BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
                                        typename Traits::PipelinedO& pipeline_do,
@@ -139,6 +143,10 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
 
   // (key, query) within this warpgroup's part of the step, per element of the row-column view.
   Tensor coords = gmma_rowcol(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kBlockM>>{})));
+  [[maybe_unused]] Tensor drop_coords =
+      gmma_as_m16n8(thr_sdp.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kBlockM>>{})));
+  [[maybe_unused]] DropoutStream dropout_rng;
+  if constexpr (kDropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kKeys>, Int<kHeadDim>>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kKeys>, Int<kHeadDim>>{});
@@ -184,8 +192,20 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     }();
     warpgroup_wait<1>();  // S^T done; dP^T may still run
     to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+    [[maybe_unused]] std::uint32_t keep_bits = 0;
+    if constexpr (kDropout)
+      keep_bits = transposed_keep_bits<decltype(size<2>(drop_coords))::value>(drop_coords, dropout_rng, t.batch,
+                                                                               step.head, key0, row0);
     warpgroup_wait<0>();
+    if constexpr (kDropout) {
+      Tensor dp_tiles = gmma_as_m16n8(acc_dp);
+      scale_by_keep_bits(dp_tiles, keep_bits, p.dropout.keep_scale);  // dP^T z
+    }
     to_score_gradients<kMasked, kSoftcap>(s, dp, delta_of, dtanh);
+    if constexpr (kDropout) {
+      Tensor s_tiles = gmma_as_m16n8(acc_s);
+      scale_by_keep_bits(s_tiles, keep_bits, p.dropout.keep_scale);  // P^T z, for dV
+    }
 
     Tensor p_t = convert_fragment<Element>(acc_s);    // P^T
     Tensor ds_t = convert_fragment<Element>(acc_dp);  // dS^T

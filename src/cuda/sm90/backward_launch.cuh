@@ -155,6 +155,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.softcap = problem.softcap > 0.f;
   p.softcap_inner = p.softcap ? problem.scale / problem.softcap : 0.f;
   p.softcap_outer_log2 = problem.softcap * kLog2e;
+  p.dropout = problem.dropout;
   p.head_splits = rows.head_splits;
   p.dk_partial = rows.dk_partial;
   p.dv_partial = rows.dv_partial;
@@ -172,7 +173,11 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.tile_counter = tile_counter;
   const dim3 main_grid(unsigned(std::min<long long>(tiles, sm_count)));
   if (tiles > 0) {
-    if (p.softcap) {
+    if (problem.dropout.enabled()) {  // without softcap (the dispatcher rejects the pair)
+      constexpr auto kernel = &backward_kernel<Traits, false, true>;
+      allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
+      kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+    } else if (p.softcap) {
       constexpr auto kernel = &backward_kernel<Traits, true>;
       allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
       kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);

@@ -50,6 +50,7 @@ struct BackwardParams {
   float softcap_inner;       // softcap only: scale / softcap
   float softcap_outer_log2;  // softcap only: softcap * log2(e)
   bool softcap;
+  detail::DropoutParams dropout;  // read by the kernel instantiated with kDropout
 
   // The query heads of one KV head are split into head_splits chunks, one tile each; with more
   // than one, each tile writes fp32 partial dK/dV [split][dense_rows_k][heads_kv][head_dim].

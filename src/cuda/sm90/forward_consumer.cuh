@@ -1,7 +1,9 @@
 #pragma once
 // The consumer warpgroups of the sm90 forward: per tile, S = Q K^T (K from shared memory; Q
 // from registers up to head dim 128, else from shared memory), the online softmax in registers,
-// O += P V (P from registers), then the epilogue.
+// O += P V (P from registers), then the epilogue. kDropout: P is dropped (common/dropout.cuh)
+// right after the softmax of its block (the row sums and the LSE stay undropped), while the
+// previous block's P.V runs; O is scaled by 1 / (1 - p) before the epilogue.
 //
 // Two overlaps hide the softmax under tensor-core work:
 //  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
@@ -18,6 +20,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/common/device_math.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/forward_epilogue.cuh"
@@ -58,7 +61,7 @@ CUTE_DEVICE decltype(auto) query_operand(QueryFragment& q, int stage) {
     return q(cute::_, cute::_, cute::_, stage);
 }
 
-template <class Traits, class Softmax>
+template <class Traits, class Softmax, bool kDropout = false>
 CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                typename Traits::PipelineQ& pipeline_q,
                                typename Traits::PipelineK& pipeline_k,
@@ -96,6 +99,8 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   Tensor score_coords = gmma_rowcol(thread_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapeQK{}))));
   Tensor out_coords = gmma_rowcol(thread_pv.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapePV{}))));
   constexpr int kRows = decltype(size<0>(scores))::value;
+  [[maybe_unused]] Tensor drop_coords =
+      gmma_as_m16n8(thread_qk.partition_C(make_identity_tensor(select<0, 1>(typename Traits::TileShapeQK{}))));
 
   auto state_q = typename Traits::PipelineQ::PipelineState{};
   auto state_k = typename Traits::PipelineK::PipelineState{};
@@ -128,8 +133,15 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     bool has_rows;        // this warpgroup has rows in the sequence
     int unmasked_begin, unmasked_end;  // keys that every row of this warpgroup sees
     detail::KeyRange row_keys[kRows];
+    // Dropout's coordinates: the tile's first row, and batch * heads_q + head (the stream's
+    // counter takes (b * heads_q + h); passed below as b with heads_q 1 and h 0).
+    [[maybe_unused]] int tile_row0 = 0, tile_batch_head = 0;
     {
       TileWork const& w = slot.work;
+      if constexpr (kDropout) {
+        tile_row0 = w.row0;
+        tile_batch_head = w.coord.batch * p.heads_q + w.coord.head;
+      }
       if (w.rows <= 0) {
         next_tile();
         continue;
@@ -168,6 +180,18 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       const int key0 = block * kBlockN;
       if (key0 < unmasked_begin || key0 + kBlockN > unmasked_end)
         mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
+    };
+    // Dropout on the probabilities of `block` (each warp's wgmma tiles span the block's keys:
+    // n8 tiles come in aligned pairs).
+    auto drop = [&](int block) {
+      if constexpr (kDropout) {
+        // The stream's parameters are read here rather than held across the loop, and the Philox
+        // calls run one at a time (kRolled): the consumers have no registers to spare (ptxas,
+        // bf16, d = 128: 300-328 bytes of spills otherwise, none so).
+        const DropoutStream rng = DropoutStream::load_here(p.dropout, 1);
+        Tensor acc = gmma_as_m16n8(tSrS);
+        apply_dropout<true, true>(acc, drop_coords, rng, tile_batch_head, 0, tile_row0, block * kBlockN);
+      }
     };
     // P in the dtype of V, same registers order as S (tOrP only views them as an A operand).
     auto to_probabilities = [&]() {
@@ -258,6 +282,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       if (foreign_v) release_v(block + 1);
       to_logits(block);
       auto correction = softmax.template step<true>(scores);
+      drop(block);
       to_probabilities();
       trace(TraceEvent::softmax);
 
@@ -277,6 +302,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         release_k(block);
         to_logits(block);
         correction = softmax.template step<false>(scores);
+        drop(block);
         trace(TraceEvent::softmax);
         warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
         trace(TraceEvent::pv_done);
@@ -321,6 +347,10 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         for (int r = 0; r < kRows; ++r) lse[r] = -INFINITY;
       } else {
         softmax.finalize(out, p.logit_scale, lse);
+        if constexpr (kDropout) {
+#pragma unroll
+          for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= p.dropout.keep_scale;
+        }
       }
       trace(TraceEvent::finalized);
       ForwardEpilogue<Traits>::store(p, smem, held_stage.index(), slot.work, tOrO, out_coords, lse, thread);

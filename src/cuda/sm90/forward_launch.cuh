@@ -76,6 +76,8 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.group = p.group_size();
   f.window_left = p.window_left;
   f.window_right = p.window_right;
+  f.heads_q = p.heads_q;
+  f.dropout = p.dropout;
 
   if (p.softcap > 0.f) {
     f.transform = ScoreTransform::softcap;
@@ -93,8 +95,9 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   const long long kv_bytes =
       TileOrder::kv_bytes_per_head(p.seqlen_k, Traits::kHeadDim, int(sizeof(Element)), p.group_size());
   f.order = TileOrder::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
-  // The tail split needs every tile the same length (no mask, fixed length).
-  const bool even_tiles = !p.is_local() && !varlen && Traits::kTailSplit;
+  // The tail split needs every tile the same length (no mask, fixed length); not with dropout,
+  // whose 1 / (1 - p) the merge of a split tile's segments would have to carry.
+  const bool even_tiles = !p.is_local() && !varlen && Traits::kTailSplit && !p.dropout.enabled();
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const long long tiles = (long long)m_blocks * p.heads_q * p.batch;
   f.tail = TailSplit::make(tiles, int(std::min<long long>(tiles, sm_count)), key_blocks, even_tiles);
@@ -117,7 +120,7 @@ inline void write_trace(const std::uint64_t* trace, size_t count, cudaStream_t s
 }
 #endif
 
-template <class Traits, int kVariant>
+template <class Traits, int kVariant, bool kDropout = false>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
   const long long tiles = (long long)params.order.num_m_blocks * p.heads_q * p.batch;
@@ -125,7 +128,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",
                 std::to_string(tiles));
-  constexpr auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>>;
+  constexpr auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>, kDropout>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int grid = int(std::min<long long>(tiles, sm_count));
@@ -162,6 +165,8 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
 // The softmax variant: the default, or (experiment builds) the one FLASHATTN_SM90_SOFTMAX names.
 template <class Traits>
 void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
+  // Dropout: one more kernel per (dtype, head dim, tile height), with the default softmax.
+  if (p.dropout.enabled()) return launch_kernel<Traits, kSoftmaxDefault, true>(p, sm_count, l2_bytes);
 #ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
   const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
   switch (env ? std::atoi(env) : kSoftmaxDefault) {

@@ -3,6 +3,7 @@
 // descriptors must live in parameter memory).
 #include <cstdint>
 
+#include "common/philox.hpp"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
 
@@ -36,6 +37,8 @@ struct ForwardParams {
   int seqlen_q, seqlen_k;  // fixed length: every sequence's; varlen: unused
   int group;               // query heads per KV head
   int window_left, window_right;
+  int heads_q;
+  detail::DropoutParams dropout;  // read by the kernel instantiated with kDropout
 
   ScoreTransform transform;
   float softcap_input;  // softcap only: tanh argument per unit of q.k

@@ -23,6 +23,21 @@ CUTE_HOST_DEVICE constexpr auto gmma_rowcol(Tensor&& t) {
   return cute::make_tensor(t.data(), gmma_rowcol_layout(t.layout()));
 }
 
+// ((2, 2, N/8), MMA_M, MMA_N) -> ((2, 2), MMA_M, (N/8, MMA_N)): the accumulator as m16n8 tiles
+// (per tile: column pair, row half), for code written for mma.sync fragments (common/dropout.cuh).
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto gmma_as_m16n8_layout(Layout layout) {
+  using namespace cute;
+  static_assert(decltype(rank<0>(layout))::value == 3, "a wgmma accumulator fragment");
+  return make_layout(make_layout(get<0, 0>(layout), get<0, 1>(layout)), get<1>(layout),
+                     make_layout(get<0, 2>(layout), get<2>(layout)));
+}
+
+template <class Tensor>
+CUTE_HOST_DEVICE constexpr auto gmma_as_m16n8(Tensor&& t) {
+  return cute::make_tensor(t.data(), gmma_as_m16n8_layout(t.layout()));
+}
+
 // A 16-bit wgmma A operand in registers holds ((2, 2, 2), MMA_M, MMA_K) per thread for k = 16
 // columns: the same (column pair, row half) as an accumulator and two column groups of 8. So
 // an accumulator ((2, 2, N/8), MMA_M, 1) read as an A operand is ((2, 2, 2), MMA_M, N/16):

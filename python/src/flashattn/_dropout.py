@@ -1,0 +1,136 @@
+"""Dropout's random stream in torch ops, and flash-attn's ``S_dmask`` (return_attn_probs=True).
+
+The stream is the one of the C++ library (src/common/philox.hpp): element (b, h, i, j) of the
+score matrix (sequence b, query head h, query row i and key j from the sequence's start) lies in
+16 x 16 block (i // 16, j // 16) and belongs to lane (i % 8) * 4 + (j % 8) // 2 of it; the lane's
+Philox4x32-10 call (key = seed, counter = (offset + (b * nheads + h) * 32 + lane as two 32-bit
+words, i // 16, j // 16)) gives 8 16-bit values, value (j % 16 // 8) * 4 + (i % 16 // 8) * 2 + j % 2
+being the element's; it is kept iff value >= round(p * 65536) (at most 65535). Written again
+here, in vectorized int64 arithmetic on any device, so that Python can decode the mask the
+kernels applied (and tests can check the two against each other).
+"""
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+_MASK32 = 0xFFFFFFFF
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+
+
+def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """(high, low) 32-bit words of a * m for 32-bit a (int64 tensor) and constant m, exactly."""
+    a_lo, a_hi = a & 0xFFFF, a >> 16
+    m_lo, m_hi = m & 0xFFFF, m >> 16
+    p0, p1, p2, p3 = a_lo * m_lo, a_lo * m_hi, a_hi * m_lo, a_hi * m_hi  # each < 2^32
+    middle = p1 + p2  # < 2^33
+    low = (p0 + ((middle & 0xFFFF) << 16)) & _MASK32
+    high = p3 + ((middle + (p0 >> 16)) >> 16)
+    return high & _MASK32, low
+
+
+def philox4x32_10(seed: int, c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor) -> tuple[Tensor, ...]:
+    """Philox4x32-10 of counters (c0, c1, c2, c3) (int64 tensors of 32-bit values) under `seed`."""
+    k0, k1 = seed & _MASK32, (seed >> 32) & _MASK32
+    for _ in range(10):
+        hi0, lo0 = _mulhilo(c0, _M0)
+        hi1, lo1 = _mulhilo(c2, _M1)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0, k1 = (k0 + _W0) & _MASK32, (k1 + _W1) & _MASK32
+    return c0, c1, c2, c3
+
+
+def threshold(dropout_p: float) -> int:
+    """The 16-bit keep threshold of dropout_p, from its float32 value as the C++ API holds it."""
+    p32 = torch.tensor(dropout_p, dtype=torch.float32).item()
+    return min(65535, int(math.floor(p32 * 65536.0 + 0.5)))
+
+
+def keep_mask(seed: int, offset: int, batch_index: int, nheads: int, head: int, rows: int, cols: int,
+              dropout_p: float, device) -> Tensor:  # fmt: skip
+    """(rows, cols) bool: the entries of (batch_index, head) that dropout keeps."""
+    i16, j16 = (rows + 15) // 16, (cols + 15) // 16
+    lane = torch.arange(32, dtype=torch.int64, device=device).view(1, 1, 32)
+    linear = offset + (batch_index * nheads + head) * 32 + lane  # < 2^63: offsets are drawn < 2^62
+    c0 = (linear & _MASK32).expand(i16, j16, 32)
+    c1 = (linear >> 32).expand(i16, j16, 32)
+    c2 = torch.arange(i16, dtype=torch.int64, device=device).view(i16, 1, 1).expand(i16, j16, 32)
+    c3 = torch.arange(j16, dtype=torch.int64, device=device).view(1, j16, 1).expand(i16, j16, 32)
+    words = torch.stack(philox4x32_10(seed, c0, c1, c2, c3), dim=-1)  # (I16, J16, 32, word)
+    halves = torch.stack((words & 0xFFFF, words >> 16), dim=-1)  # (I16, J16, 32, word, half)
+    # lane = a * 4 + t; word = column half * 2 + row half; element (a + 8 * row half, 2t + half + 8 * column half).
+    values = halves.view(i16, j16, 8, 4, 2, 2, 2)  # (I16, J16, a, t, column half, row half, half)
+    values = values.permute(0, 5, 2, 1, 4, 3, 6).reshape(i16 * 16, j16 * 16)
+    return (values >= threshold(dropout_p))[:rows, :cols]
+
+
+def _flash_attn_block_n(head_dim: int) -> int:
+    """The key-block width of flash-attn 2's forward kernel with dropout, whose running max the
+    S_dmask it returns is relative to (its tests decode S_dmask with the same widths)."""
+    if head_dim <= 32:
+        return 128
+    if head_dim <= 96:
+        return 64
+    if head_dim <= 128:
+        return 32
+    return 64
+
+
+def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float, softmax_scale: Optional[float], causal: bool,
+               window_size, softcap: float, rng_state: Tensor) -> Tensor:  # fmt: skip
+    """flash-attn's S_dmask: (batch, nheads, seqlen_q rounded to 128, seqlen_k rounded to 128),
+    exp(score - running max of flash-attn's key blocks), dropped entries negated, 0 outside."""
+    varlen = cu_seqlens_q is not None
+    nheads, head_dim = q.shape[-2], q.shape[-1]
+    group = nheads // k.shape[-2]
+    scale = softmax_scale if softmax_scale is not None else head_dim**-0.5
+    seed, offset = (int(x) for x in rng_state.tolist())
+    if varlen:
+        starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        batch = len(starts_q) - 1
+        spans = [(starts_q[b], starts_q[b + 1], starts_k[b], starts_k[b + 1]) for b in range(batch)]
+        rows_max, cols_max = max_seqlen_q, max_seqlen_k
+    else:
+        batch, rows_max, cols_max = q.shape[0], q.shape[1], k.shape[1]
+        spans = [None] * batch
+    rounded = lambda n: (n + 127) // 128 * 128  # noqa: E731
+    out = torch.zeros(batch, nheads, rounded(rows_max), rounded(cols_max), dtype=q.dtype, device=q.device)
+    left, right = window_size
+    if causal:
+        right = 0
+    block_n = _flash_attn_block_n(head_dim)
+    for b in range(batch):
+        if varlen:
+            q0, q1, k0, k1 = spans[b]
+            qb, kb = q[q0:q1], k[k0:k1]
+        else:
+            qb, kb = q[b], k[b]
+        rows, cols = qb.shape[0], kb.shape[0]
+        if rows == 0 or cols == 0:
+            continue
+        kb = kb.repeat_interleave(group, dim=1) if group > 1 else kb
+        scores = torch.einsum("ihd,jhd->hij", qb.float(), kb.float()) * scale  # (h, rows, cols)
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
+        i = torch.arange(rows, device=q.device).view(rows, 1)
+        j = torch.arange(cols, device=q.device).view(1, cols)
+        diag = i + cols - rows
+        visible = torch.ones(rows, cols, dtype=torch.bool, device=q.device)
+        if left >= 0:
+            visible &= j >= diag - left
+        if right >= 0:
+            visible &= j <= diag + right
+        scores = scores.masked_fill(~visible, float("-inf"))
+        # Running max from the last key block down to each block, as flash-attn's kernel walks.
+        blocks = scores.split(block_n, dim=-1)
+        block_max = torch.stack([blk.amax(dim=-1) for blk in blocks], dim=-1)
+        running = torch.cummax(block_max.flip(-1), dim=-1).values.flip(-1)
+        running = torch.where(torch.isinf(running), torch.zeros_like(running), running)
+        probs = torch.cat([torch.exp(blk - running[..., n : n + 1]) for n, blk in enumerate(blocks)], dim=-1)
+        for h in range(nheads):
+            keep = keep_mask(seed, offset, b, nheads, h, rows, cols, dropout_p, q.device)
+            out[b, h, :rows, :cols] = torch.where(keep, probs[h], -probs[h]).to(q.dtype)
+    return out
