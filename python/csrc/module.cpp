@@ -104,7 +104,7 @@ q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_
 Any tensor exporting DLPack or the buffer protocol (torch, CuPy, JAX inputs, NumPy), with any
 strides whose last dimension is contiguous; nothing is copied. dtypes f16/bf16 (f32 on the CPU).
 out: like q. lse: float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) packed; optional.
-On the GPU every outer stride must be a multiple of 16 bytes: pad lse rows to 4 floats.
+head_dim: 1 to 256 on the GPU (every head dim, on the next wider kernel), up to 1024 on the CPU.
 window_size: (left, right), -1 unbounded; causal is right = 0. softcap: 0 = off.
 stream: a cudaStream_t as an int; by default the current stream of torch or CuPy, else stream 0.
 Raises ValueError / TypeError for bad arguments (nothing written), NotImplementedError for what

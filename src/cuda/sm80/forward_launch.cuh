@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 #include <string>
 
 #include "cuda/common/check.cuh"
@@ -44,6 +45,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
   f.seqlen_k = p.seqlen_k;
   f.window_left = p.window_left;
   f.window_right = p.window_right;
+  f.cols = head_columns(p);
 
   constexpr float kLog2e = 1.4426950408889634f;
   if (p.softcap > 0.f) {
@@ -71,16 +73,16 @@ struct KernelResidency {
   int l2_bytes = 0;
 };
 
-template <class Traits>
+template <class Traits, ColumnMode kColumns = ColumnMode::full>
 KernelResidency prepare_forward_kernel(int device) {
   auto query = [device] {
     KernelResidency r;
     if (Traits::kSmemBytes > 48 * 1024)
-      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kColumns>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits>,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kColumns>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
     return r;
   };
@@ -100,14 +102,15 @@ inline void check_grid(const char* what, long long value, long long limit) {
 }
 
 // Launches one tile configuration. num_splits = 0 lets the heuristic choose (tuning tools force
-// a count).
-template <class Traits>
+// a count). kColumns: how the kernel moves tile columns (column_mode of params.cols;
+// common/head_columns.cuh).
+template <class Traits, ColumnMode kColumns = ColumnMode::full>
 void launch_forward(const detail::ForwardProblem& problem, ForwardParams params, int device,
                     int num_splits = 0) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
-  const KernelResidency residency = prepare_forward_kernel<Traits>(device);
+  const KernelResidency residency = prepare_forward_kernel<Traits, kColumns>(device);
 
   const long long rows = static_cast<long long>(problem.seqlen_q) * params.pack;
   const int m_blocks = int((rows + Traits::kBlockM - 1) / Traits::kBlockM);
@@ -148,7 +151,7 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
     params.partial_lse = workspace.at<float>(lse_offset);
   }
 
-  forward_kernel<Traits><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  forward_kernel<Traits, kColumns><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
   FA_CUDA_CHECK_LAUNCH();
 
   if (params.num_splits > 1) {
@@ -171,11 +174,21 @@ void run_forward(const detail::ForwardProblem& problem) {
 
   ForwardParams params = make_forward_params(problem);
   params.pack = choose_pack(problem, kPrefill);
-  if (use_decode_tiles(problem, params.pack, kDecode) ||
-      short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack))
-    launch_forward<DecodeTraits>(problem, params, problem.device_index);
-  else
-    launch_forward<PrefillTraits>(problem, params, problem.device_index);
+  const bool decode = use_decode_tiles(problem, params.pack, kDecode) ||
+                      short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack);
+  // Tiles are chosen by the width (the work per tile is the width's, whatever the head dim).
+  auto launch = [&](auto columns) {
+    constexpr ColumnMode kColumns = decltype(columns)::value;
+    if (decode)
+      launch_forward<DecodeTraits, kColumns>(problem, params, problem.device_index);
+    else
+      launch_forward<PrefillTraits, kColumns>(problem, params, problem.device_index);
+  };
+  switch (column_mode(params.cols, HeadDim)) {
+    case ColumnMode::full: return launch(std::integral_constant<ColumnMode, ColumnMode::full>{});
+    case ColumnMode::vectors: return launch(std::integral_constant<ColumnMode, ColumnMode::vectors>{});
+    default: return launch(std::integral_constant<ColumnMode, ColumnMode::elements>{});
+  }
 }
 
 }  // namespace flashattn::cuda::sm80
