@@ -11,7 +11,7 @@
 namespace flashattn::testing {
 namespace {
 
-// Whether this build instantiated a kernel for (family, direction, dtype, head dim): the
+// Whether this build instantiated a kernel for (family, direction, dtype, width): the
 // generated list the dispatcher reads too. family nullptr: any family.
 bool instance_built(const char* family, const char* direction, DType dtype, int head_dim) {
   const char* dt = dtype == DType::f16 ? "f16" : "bf16";
@@ -30,14 +30,34 @@ const char* forced_family() {
   return env && *env && std::strcmp(env, "auto") != 0 ? env : nullptr;
 }
 
-bool forward_built(int head_dim, DType dtype) {
-  return instance_built(forced_family(), "forward", dtype, head_dim);
+// The smallest kernel width >= head_dim built for (family, direction, dtype); 0 if none. A
+// head dim runs on it with the columns past it predicated off (src/cuda/common/head_columns.cuh).
+int width_built(const char* family, const char* direction, DType dtype, int head_dim) {
+  for (int width : {32, 64, 96, 128, 192, 256})
+    if (width >= head_dim && instance_built(family, direction, dtype, width)) return width;
+  return 0;
 }
+
+// Whether the sm90 family runs the head dim (src/cuda/sm90/api.hpp, src/cuda/dispatch.cu): a
+// multiple of 8 (the table's layouts are then 16-byte aligned); the backward only its widths.
+bool sm90_runs(const char* direction, DType dtype, int head_dim) {
+  const int width = width_built("sm90", direction, dtype, head_dim);
+  return width != 0 && head_dim % 8 == 0 && (std::strcmp(direction, "forward") == 0 || width == head_dim);
+}
+
+bool runs(const char* direction, DType dtype, int head_dim) {
+  const char* forced = forced_family();
+  if (forced && std::strcmp(forced, "sm90") == 0) return sm90_runs(direction, dtype, head_dim);
+  if (forced) return width_built(forced, direction, dtype, head_dim) != 0;
+  return width_built("sm80", direction, dtype, head_dim) != 0 || sm90_runs(direction, dtype, head_dim);
+}
+
+bool forward_built(int head_dim, DType dtype) { return runs("forward", dtype, head_dim); }
 
 // A backward case runs the forward first, then the backward of the forced family (any family
 // when none is forced: dispatch falls back to sm80 where sm90 has no backward).
 bool backward_built(int head_dim, DType dtype) {
-  return forward_built(head_dim, dtype) && instance_built(forced_family(), "backward", dtype, head_dim);
+  return forward_built(head_dim, dtype) && runs("backward", dtype, head_dim);
 }
 
 std::string not_built(const char* direction, int head_dim, DType dtype) {

@@ -265,6 +265,19 @@ TEST(Validation, ErrorMessageNamesEverything) {
   EXPECT_STREQ(e.what(), "flashattn: k.shape[3] (head_dim): expected the head_dim of q (64), got 32");
 }
 
+#ifdef FLASHATTN_WITH_CUDA
+// The GPU kernels take every head dim up to 256 (the CPU backend up to 1024). Checked before
+// anything touches a device, so host memory labelled cuda serves (and must stay untouched).
+TEST(Validation, GpuHeadDimAbove256) {
+  expect_forward_error(
+      [](auto& c) {
+        for (TensorView* t : {&c.args.q, &c.args.k, &c.args.v, &c.args.out, &c.args.lse}) t->device = DeviceKind::cuda;
+        for (TensorView* t : {&c.args.q, &c.args.k, &c.args.v, &c.args.out}) t->shape[3] = 257;
+      },
+      "q.shape[3] (head_dim)", "1 to 256 on the CUDA backend", ErrorKind::unsupported);
+}
+#endif
+
 #ifndef FLASHATTN_WITH_CUDA
 TEST(Validation, CudaTensorsWithoutCudaBuild) {
   expect_forward_error(

@@ -118,7 +118,7 @@ q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_
 Any tensor exporting DLPack or the buffer protocol (torch, CuPy, JAX inputs, NumPy), with any
 strides whose last dimension is contiguous; nothing is copied. dtypes f16/bf16 (f32 on the CPU).
 out: like q. lse: float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) packed; optional.
-On the GPU every outer stride must be a multiple of 16 bytes: pad lse rows to 4 floats.
+head_dim: 1 to 256 on the GPU (every head dim, on the next wider kernel), up to 1024 on the CPU.
 window_size: (left, right), -1 unbounded; causal is right = 0. softcap: 0 = off.
 block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
 page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)

@@ -16,9 +16,11 @@ from torch_reference import attention, rel_err  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available() and flashattn.built_with_cuda()
 # (device, dtype, head dim): what each backend is checked on.
-CONFIGS = [("cpu", torch.float32, 32), ("cpu", torch.bfloat16, 64)]
+# Head dims between the GPU kernels' widths too: 80 (a multiple of 8, on the width 96) and 59
+# (rows only element-aligned; packed qkv of it has no 16-byte strides either).
+CONFIGS = [("cpu", torch.float32, 32), ("cpu", torch.bfloat16, 64), ("cpu", torch.float16, 59)]
 if HAS_CUDA:
-    CONFIGS += [("cuda", dt, hd) for dt in (torch.bfloat16, torch.float16) for hd in (64, 128)]
+    CONFIGS += [("cuda", dt, hd) for dt in (torch.bfloat16, torch.float16) for hd in (64, 128, 80, 59)]
 CONFIG_IDS = [f"{d}-{str(t).removeprefix('torch.')}-d{h}" for d, t, h in CONFIGS]
 # Floor under the error bound, for cases where PyTorch's own error happens to be tiny.
 FLOOR = {torch.float32: 1e-6, torch.bfloat16: 1e-3, torch.float16: 2e-4}

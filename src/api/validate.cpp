@@ -12,6 +12,8 @@ namespace flashattn::detail {
 namespace {
 
 constexpr int kMaxHeadDim = 1024;
+// The GPU kernels' widest instance; every head dim up to it runs (on the next wider instance).
+constexpr int kMaxGpuHeadDim = 256;
 
 std::string shape_string(const TensorView& t) {
   std::string s = "[";
@@ -34,12 +36,10 @@ std::string shape_string(std::initializer_list<std::int64_t> dims) {
   throw Error(kind, arg, expected, given);
 }
 
-// How a GPU kernel touches a tensor: (batch, seq, head, dim) operands move as 16-byte vectors;
-// per-row vectors (LSE) and offsets are read and written one element at a time.
-enum class Access { vectors, elements };
-
 // The checks every tensor argument gets: present, rank, sizes, strides, pointer, alignment.
-void check_tensor(const char* name, const TensorView& t, int rank, Access access = Access::vectors) {
+// Pointers need only their element's alignment, on the GPU too: kernels move 16-byte vectors
+// where pointers and strides allow and element by element otherwise (cuda/common/head_columns.cuh).
+void check_tensor(const char* name, const TensorView& t, int rank) {
   if (!t.present()) fail(name, "a tensor", "none");
   if (t.rank != rank)
     fail(name, std::to_string(rank) + " dimensions", std::to_string(t.rank) + " (shape " + shape_string(t) + ")");
@@ -58,19 +58,9 @@ void check_tensor(const char* name, const TensorView& t, int rank, Access access
   if (t.numel() > 0 && t.data == nullptr) fail(std::string(name) + ".data", "a non-null pointer", "null");
   const std::size_t esize = element_size(t.dtype);
   const auto address = reinterpret_cast<std::uintptr_t>(t.data);
-  if (t.device == DeviceKind::cuda && access == Access::vectors) {
-    // GPU kernels move 16-byte vectors: the pointer and every outer stride must allow that.
-    if (address % 16 != 0)
-      fail(std::string(name) + ".data", "a 16-byte aligned pointer on the GPU",
-           "address " + std::to_string(address));
-    for (int i = 0; i < rank - 1; ++i)
-      if ((t.stride[i] * std::int64_t(esize)) % 16 != 0 && t.shape[i] > 1)
-        fail(std::string(name) + ".stride[" + std::to_string(i) + "]",
-             "a multiple of 16 bytes on the GPU", std::to_string(t.stride[i]) + " elements");
-  } else if (esize != 0 && address % esize != 0) {
+  if (esize != 0 && address % esize != 0)
     fail(std::string(name) + ".data", "a pointer aligned to its element size",
          "address " + std::to_string(address));
-  }
 }
 
 void check_same_placement(const char* name, const TensorView& t, const TensorView& q) {
@@ -160,6 +150,11 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
   if (L.head_dim < 1 || L.head_dim > kMaxHeadDim)
     fail("q.shape[" + std::to_string(d) + "] (head_dim)", "1 to " + std::to_string(kMaxHeadDim),
          std::to_string(L.head_dim), L.head_dim > kMaxHeadDim ? ErrorKind::unsupported : ErrorKind::invalid_argument);
+  if (q.device == DeviceKind::cuda && L.head_dim > kMaxGpuHeadDim)
+    fail("q.shape[" + std::to_string(d) + "] (head_dim)",
+         "1 to " + std::to_string(kMaxGpuHeadDim) + " on the CUDA backend (the CPU backend takes up to " +
+             std::to_string(kMaxHeadDim) + ")",
+         std::to_string(L.head_dim), ErrorKind::unsupported);
   if (k.shape[d] != L.head_dim)
     fail("k.shape[" + std::to_string(d) + "] (head_dim)", "the head_dim of q (" + std::to_string(L.head_dim) + ")",
          std::to_string(k.shape[d]));
@@ -194,7 +189,7 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
     const std::pair<const char*, const TensorView*> cus[] = {{"cu_seqlens_q", &o.cu_seqlens_q},
                                                              {"cu_seqlens_k", &o.cu_seqlens_k}};
     for (auto [name, cu] : cus) {
-      check_tensor(name, *cu, 1, Access::elements);
+      check_tensor(name, *cu, 1);
       check_dtype(name, *cu, DType::i32);
       check_same_placement(name, *cu, q);
       if (cu->shape[0] < 1) fail(std::string(name) + ".shape", "batch + 1 >= 1 entries", shape_string(*cu));
@@ -285,7 +280,7 @@ void check_like(const char* name, const TensorView& t, const TensorView& like, c
 }
 
 RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, const TensorView& q) {
-  check_tensor(name, lse, L.varlen ? 2 : 3, Access::elements);
+  check_tensor(name, lse, L.varlen ? 2 : 3);
   check_dtype(name, lse, DType::f32);
   check_same_placement(name, lse, q);
   if (L.varlen) {

@@ -76,6 +76,15 @@ bool built(Family family, const char* direction, DType dtype, int head_dim) {
   return false;
 }
 
+// The kernel width that serves a head dim: the smallest built width >= head_dim (columns past
+// the head dim are predicated off: common/head_columns.cuh); 0 if none is built.
+constexpr int kWidths[] = {32, 64, 96, 128, 192, 256};
+int instance_width(Family family, const char* direction, DType dtype, int head_dim) {
+  for (int width : kWidths)
+    if (width >= head_dim && built(family, direction, dtype, width)) return width;
+  return 0;
+}
+
 std::string built_head_dims(Family family, const char* direction, DType dtype) {
   std::string list;
   for (int hd : {32, 64, 96, 128, 192, 256})
@@ -92,9 +101,9 @@ std::string built_head_dims(Family family, const char* direction, DType dtype) {
                 "a GPU of compute capability 8.0 or newer", "compute capability " +
                                                                   std::to_string(cc));
   throw Error(ErrorKind::unsupported, "head_dim",
-              std::string("a head dim with a built ") + direction + " kernel for " +
-                  to_string(p.dtype) + " (built: " + built_head_dims(Family::sm80, direction, p.dtype) +
-                  ")",
+              std::string("a head dim up to the widest built ") + direction + " kernel for " +
+                  to_string(p.dtype) + " on the CUDA backend (built widths: " +
+                  built_head_dims(Family::sm80, direction, p.dtype) + "; every head dim up to a width runs on it)",
               std::to_string(p.head_dim));
 }
 
@@ -104,9 +113,9 @@ using Element_bf16 = cutlass::bfloat16_t;
 // Runs the generated instance for (family, dtype, head dim); false if this build has none.
 // Only instances listed in flashattn_instances.inc are referenced, so a narrowed kernel set
 // still links.
-bool run_instance(Family family, const detail::ForwardProblem& p) {
+bool run_instance(Family family, int width, const detail::ForwardProblem& p) {
 #define FA_CALL_forward(f, d, hd)                                                   \
-  if (family == Family::f && p.dtype == DType::d && p.head_dim == hd) {            \
+  if (family == Family::f && p.dtype == DType::d && width == hd) {                 \
     f::run_forward<Element_##d, hd>(p);                                            \
     return true;                                                                    \
   }
@@ -119,10 +128,10 @@ bool run_instance(Family family, const detail::ForwardProblem& p) {
   return false;
 }
 
-bool run_instance(Family family, const detail::BackwardProblem& p) {
+bool run_instance(Family family, int width, const detail::BackwardProblem& p) {
 #define FA_CALL_forward(f, d, hd)
 #define FA_CALL_backward(f, d, hd)                                                  \
-  if (family == Family::f && p.dtype == DType::d && p.head_dim == hd) {            \
+  if (family == Family::f && p.dtype == DType::d && width == hd) {                 \
     f::run_backward<Element_##d, hd>(p);                                           \
     return true;                                                                    \
   }
@@ -134,21 +143,34 @@ bool run_instance(Family family, const detail::BackwardProblem& p) {
   return false;
 }
 
+// The family and the kernel width that run a problem.
+struct Choice {
+  Family family;
+  int width;
+};
+
 // sm90_supports: the sm90 family can run the problem; sm90_preferred: and it is the faster
 // family for it (FLASHATTN_CUDA_FAMILY=sm90 still forces it where it is merely supported).
-Family choose_family(const detail::Problem& p, const char* direction, int cc, bool sm90_supports,
-                     bool sm90_preferred) {
+// sm90_exact_width: the sm90 kernels of this direction take only head dims that are a width
+// (the sm90 backward; the sm90 forward takes smaller head dims through TMA's zero fill).
+// Unforced, sm90 is not preferred where it would run a wider kernel than sm80 (head dims up to
+// 32: sm90 has no width 32).
+Choice choose_family(const detail::Problem& p, const char* direction, int cc, bool sm90_supports,
+                     bool sm90_preferred, bool sm90_exact_width) {
+  const int width90 = cc == 90 ? instance_width(Family::sm90, direction, p.dtype, p.head_dim) : 0;
+  const int width80 = cc >= 80 ? instance_width(Family::sm80, direction, p.dtype, p.head_dim) : 0;
+  const bool sm90_runs = width90 != 0 && sm90_supports && (!sm90_exact_width || width90 == p.head_dim);
   const char* forced = forced_family();
   if (forced && std::strcmp(forced, "sm90") == 0) {
-    if (cc != 90 || !built(Family::sm90, direction, p.dtype, p.head_dim) || !sm90_supports)
+    if (!sm90_runs)
       throw Error(ErrorKind::unsupported, "FLASHATTN_CUDA_FAMILY",
                   "a family that is built and supports this problem on this GPU", "sm90");
-    return Family::sm90;
+    return {Family::sm90, width90};
   }
   const bool allow_sm90 = !(forced && std::strcmp(forced, "sm80") == 0);
-  if (allow_sm90 && cc == 90 && sm90_supports && sm90_preferred && built(Family::sm90, direction, p.dtype, p.head_dim))
-    return Family::sm90;
-  if (cc >= 80 && built(Family::sm80, direction, p.dtype, p.head_dim)) return Family::sm80;
+  if (allow_sm90 && sm90_runs && sm90_preferred && (width80 == 0 || width90 <= width80))
+    return {Family::sm90, width90};
+  if (width80 != 0) return {Family::sm80, width80};
   throw_not_built(p, direction, cc);
 }
 
@@ -177,15 +199,15 @@ void forward(const detail::ForwardProblem& p) {
   // Paged K/V and per-sequence key ranges (p.kv) run on the sm80 family: its loaders address K/V
   // row by row through common/kv_layout.hpp; the sm90 forward's TMA boxes do not (yet).
   const bool sm90_supports = !p.kv.any() && sm90::supports_forward(p);
-  const Family family = choose_family(p, "forward", cc, sm90_supports, !decoding);
-  if (!run_instance(family, p)) throw_not_built(p, "forward", cc);
+  const Choice c = choose_family(p, "forward", cc, sm90_supports, !decoding, false);
+  if (!run_instance(c.family, c.width, p)) throw_not_built(p, "forward", cc);
 }
 
 void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppend& append) {
   DeviceGuard guard(problem.device_index);
   const int cc = compute_capability(problem.device_index);
   // The family first: an unbuilt kernel is reported before the cache is written.
-  const Family family = choose_family(problem, "forward", cc, false, false);
+  const Choice c = choose_family(problem, "forward", cc, false, false, false);
   // The sm80 grid's limits (sm80/forward_launch.cuh), checked here too: after the append the
   // cache has been written.
   if (problem.batch > 65535 || problem.heads_q > 65535)
@@ -205,17 +227,17 @@ void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppe
   if (q_rotated != nullptr)
     p.q = {q_rotated, std::int64_t(p.seqlen_q) * p.heads_q * p.head_dim, std::int64_t(p.heads_q) * p.head_dim,
            p.head_dim};
-  if (!run_instance(family, p)) throw_not_built(p, "forward", cc);
+  if (!run_instance(c.family, c.width, p)) throw_not_built(p, "forward", cc);
 }
 
 void backward(const detail::BackwardProblem& p) {
   check_dropout(p);
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
-  // Hopper runs the sm90 backward at the head dims it has (sm90/backward_traits.cuh); the
-  // others, and every other GPU, the sm80 family's.
-  const Family family = choose_family(p, "backward", cc, sm90::supports_backward(p), true);
-  if (!run_instance(family, p)) throw_not_built(p, "backward", cc);
+  // Hopper runs the sm90 backward at the head dims it has (sm90/backward_traits.cuh), exactly;
+  // the others, and every other GPU, the sm80 family's.
+  const Choice c = choose_family(p, "backward", cc, sm90::supports_backward(p), true, true);
+  if (!run_instance(c.family, c.width, p)) throw_not_built(p, "backward", cc);
 }
 
 bool device_available() noexcept {

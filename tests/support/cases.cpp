@@ -64,8 +64,10 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.head_dim = 64;
     add(c);
   }
-  // Head dims.
-  std::vector<int> dims = {32, 64, 96, 128, 192, 256};
+  // Head dims: the GPU kernels' widths, and head dims between them (GPU: run on the next wider
+  // kernel with the columns past the head dim predicated off; not multiples of 8, such as 59 and
+  // 111, leave rows only element-aligned).
+  std::vector<int> dims = {8, 16, 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256};
   if (backend == TableFor::cpu) dims.push_back(512);
   for (int d : dims) {
     Case c;
@@ -77,6 +79,69 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.name += "_causal";
     c.causal = true;
     add(c);
+  }
+  // Head dims between the widths with the other paths: padded rows (no column past the head dim
+  // may be written), variable length, GQA, split-KV decoding, strided (bhsd) layouts.
+  {
+    Case c;
+    c.name = "hd59_padded_varlen_causal";
+    c.head_dim = 59;
+    c.batch = 3;
+    c.lens_q = {70, 0, 129};
+    c.lens_k = {90, 7, 129};
+    c.layout = Layout::padded;
+    c.causal = true;
+    add(c);
+    c = Case{};
+    c.name = "hd80_padded_gqa4_causal";
+    c.head_dim = 80;
+    c.batch = 2;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.seqlen_q = 150;
+    c.seqlen_k = 190;
+    c.layout = Layout::padded;
+    c.causal = true;
+    add(c);
+    c = Case{};
+    c.name = "hd80_varlen_window";
+    c.head_dim = 80;
+    c.batch = 3;
+    c.lens_q = {33, 130, 1};
+    c.lens_k = {40, 200, 77};
+    c.window_left = 20;
+    c.window_right = 5;
+    add(c);
+    c = Case{};
+    c.name = "hd40_bhsd_softcap";
+    c.head_dim = 40;
+    c.batch = 2;
+    c.seqlen_q = c.seqlen_k = 90;
+    c.layout = Layout::bhsd;
+    c.softcap = 5.0f;
+    c.magnitude = 2.0f;
+    add(c);
+    c = Case{};
+    c.name = "hd111_bhsd_causal";
+    c.head_dim = 111;
+    c.seqlen_q = 60;
+    c.seqlen_k = 100;
+    c.layout = Layout::bhsd;
+    c.causal = true;
+    add(c);
+    // Split-KV decoding: the combine writes the head dim's columns. GPU table only (slow on the
+    // CPU backend, which has no such path).
+    for (int d : backend == TableFor::cuda ? std::vector<int>{80, 59} : std::vector<int>{}) {
+      c = Case{};
+      c.name = "decode_gqa8_hd" + std::to_string(d);
+      c.head_dim = d;
+      c.batch = 2;
+      c.heads_q = 16;
+      c.heads_kv = 2;
+      c.seqlen_q = 1;
+      c.seqlen_k = 3000;
+      add(c);
+    }
   }
   // Sliding windows (local attention), incl. a window with no causal bound on the right.
   for (auto [l, r] : {std::pair{32, 0}, std::pair{64, 16}, std::pair{0, 0}, std::pair{-1, 40}, std::pair{100, -1}}) {

@@ -27,9 +27,13 @@
 namespace flashattn::cuda::sm80 {
 
 // kSoftcap: the scores pass through softcap * tanh(scores / softcap). kAccumulateDq: dQ by
-// atomics (off in deterministic mode). kDropout: dropout on P (p.dropout). Template
-// parameters, so that no step carries the code (or the branches) of a case it is not.
-template <class Traits, bool kSoftcap, bool kAccumulateDq, bool kDropout = false>
+// atomics (off in deterministic mode). kColumns: how tile columns move
+// (common/head_columns.cuh): `full` at head dim kHeadDim with 16-byte aligned rows; otherwise
+// columns past the head dim are zero-filled on load and not stored. kDropout: dropout on P
+// (p.dropout). Template parameters, so that no step carries the code (or the branches) of a case
+// it is not.
+template <class Traits, bool kSoftcap, bool kAccumulateDq, ColumnMode kColumns = ColumnMode::full,
+          bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -100,12 +104,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   Tensor tQgQ = load_thr.partition_S(row_tile(p.q, seq.row_q + row_first, head_first, BlockM{}));
   Tensor tdOgdO = load_thr.partition_S(row_tile(p.dout, seq.row_q + row_first, head_first, BlockM{}));
   auto load_q = [&](Step s, int stage) {
-    load_rows_async(gmem_load, shifted(tQgQ, step_offset(p.q, s)), load_thr.partition_D(sQ(_, _, stage)),
-                    load_coords_m, seq.len_q - s.m_block * kBlockM);
+    load_tile_async<kColumns>(gmem_load, shifted(tQgQ, step_offset(p.q, s)), load_thr.partition_D(sQ(_, _, stage)),
+                    load_coords_m, seq.len_q - s.m_block * kBlockM, p.cols);
   };
   auto load_dout = [&](Step s) {
-    load_rows_async(gmem_load, shifted(tdOgdO, step_offset(p.dout, s)), load_thr.partition_D(sdO),
-                    load_coords_m, seq.len_q - s.m_block * kBlockM);
+    load_tile_async<kColumns>(gmem_load, shifted(tdOgdO, step_offset(p.dout, s)), load_thr.partition_D(sdO),
+                    load_coords_m, seq.len_q - s.m_block * kBlockM, p.cols);
   };
 
   // The three warp arrangements and their ldmatrix copies (backward_config.cuh).
@@ -182,10 +186,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       dq_tile_layout));
 
   if (steps > 0) {
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.k, seq.row_k + key0, kv_head, BlockN{})),
-                    load_thr.partition_D(sK), load_coords_n, valid_keys);
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.v, seq.row_k + key0, kv_head, BlockN{})),
-                    load_thr.partition_D(sV), load_coords_n, valid_keys);
+    load_tile_async<kColumns>(gmem_load, load_thr.partition_S(row_tile(p.k, seq.row_k + key0, kv_head, BlockN{})),
+                    load_thr.partition_D(sK), load_coords_n, valid_keys, p.cols);
+    load_tile_async<kColumns>(gmem_load, load_thr.partition_S(row_tile(p.v, seq.row_k + key0, kv_head, BlockN{})),
+                    load_thr.partition_D(sV), load_coords_n, valid_keys, p.cols);
     load_q(Step{head_first, m_first}, 0);
     load_dout(Step{head_first, m_first});
   }
@@ -281,10 +285,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     typename Traits::GmemStore gmem_store;
     auto store_thr = gmem_store.get_thread_slice(tid);
     Tensor store_coords = store_thr.partition_S(make_identity_tensor(Shape<BlockN, HeadDim>{}));
-    store_rows(gmem_store, store_thr.partition_S(sdK),
-               store_thr.partition_D(row_tile(p.dk, seq.row_k + key0, kv_head, BlockN{})), store_coords, valid_keys);
-    store_rows(gmem_store, store_thr.partition_S(sdV),
-               store_thr.partition_D(row_tile(p.dv, seq.row_k + key0, kv_head, BlockN{})), store_coords, valid_keys);
+    store_tile<kColumns>(gmem_store, store_thr.partition_S(sdK),
+                         store_thr.partition_D(row_tile(p.dk, seq.row_k + key0, kv_head, BlockN{})), store_coords,
+                         valid_keys, p.cols);
+    store_tile<kColumns>(gmem_store, store_thr.partition_S(sdV),
+                         store_thr.partition_D(row_tile(p.dv, seq.row_k + key0, kv_head, BlockN{})), store_coords,
+                         valid_keys, p.cols);
   } else {
     const std::int64_t row_stride = std::int64_t(p.heads_kv) * kHeadDim;
     const std::int64_t offset = ((split * p.dense_rows_k + seq.dense_k + key0) * p.heads_kv + kv_head) * kHeadDim;

@@ -14,8 +14,8 @@
 
 namespace flashattn::cuda::sm80 {
 
-// kSoftcap, kDropout: as in the main kernel (backward_dkdv_kernel.cuh).
-template <class Traits, bool kSoftcap, bool kDropout = false>
+// kSoftcap, kColumns, kDropout: as in the main kernel (backward_dkdv_kernel.cuh).
+template <class Traits, bool kSoftcap, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     backward_dq_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -65,10 +65,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   auto load_kv = [&](int n_block, int stage) {
     const int key0 = n_block * kBlockN;
     const std::int64_t rows = key0 - n_first * kBlockN;
-    load_rows_async(gmem_load, make_tensor(tKgK.data() + rows * p.k.seq_stride, tKgK.layout()),
-                    load_thr.partition_D(sK(_, _, stage)), load_coords_n, seq.len_k - key0);
-    load_rows_async(gmem_load, make_tensor(tVgV.data() + rows * p.v.seq_stride, tVgV.layout()),
-                    load_thr.partition_D(sV(_, _, stage)), load_coords_n, seq.len_k - key0);
+    load_tile_async<kColumns>(gmem_load, make_tensor(tKgK.data() + rows * p.k.seq_stride, tKgK.layout()),
+                    load_thr.partition_D(sK(_, _, stage)), load_coords_n, seq.len_k - key0, p.cols);
+    load_tile_async<kColumns>(gmem_load, make_tensor(tVgV.data() + rows * p.v.seq_stride, tVgV.layout()),
+                    load_thr.partition_D(sV(_, _, stage)), load_coords_n, seq.len_k - key0, p.cols);
   };
 
   typename Traits::Mma mma;
@@ -97,10 +97,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   load_row_stats(lse_log2, delta, s_coords, p.lse_log2 + stats_offset, p.delta + stats_offset, valid_rows);
 
   if (n_count > 0) {
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.q, seq.row_q + row0, head, BlockM{})),
-                    load_thr.partition_D(sQ), load_coords_m, valid_rows);
-    load_rows_async(gmem_load, load_thr.partition_S(row_tile(p.dout, seq.row_q + row0, head, BlockM{})),
-                    load_thr.partition_D(sdO), load_coords_m, valid_rows);
+    load_tile_async<kColumns>(gmem_load, load_thr.partition_S(row_tile(p.q, seq.row_q + row0, head, BlockM{})),
+                    load_thr.partition_D(sQ), load_coords_m, valid_rows, p.cols);
+    load_tile_async<kColumns>(gmem_load, load_thr.partition_S(row_tile(p.dout, seq.row_q + row0, head, BlockM{})),
+                    load_thr.partition_D(sdO), load_coords_m, valid_rows, p.cols);
     load_kv(n_first, 0);
   }
   cp_async_fence();
@@ -147,9 +147,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
   CUTE_UNROLL
   for (int i = 0; i < size(acc_dq); ++i) acc_dq(i) *= p.scale;
   Tensor dq_coords = rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{})));
-  store_pairs(rowcol_view(acc_dq),
-              rowcol_view(thr_mma.partition_C(row_tile(p.dq, seq.row_q + row0, head, BlockM{}))), dq_coords,
-              valid_rows);
+  store_pairs<kColumns>(rowcol_view(acc_dq),
+                        rowcol_view(thr_mma.partition_C(row_tile(p.dq, seq.row_q + row0, head, BlockM{}))), dq_coords,
+                        valid_rows, p.cols);
 }
 
 }  // namespace flashattn::cuda::sm80

@@ -51,6 +51,7 @@ inline BackwardParams make_params(const detail::BackwardProblem& problem) {
   p.window_left = problem.window_left;
   p.window_right = problem.window_right;
   p.dropout = problem.dropout;
+  p.cols = head_columns(problem);
   p.dense_rows_q = std::int64_t(problem.batch) * problem.seqlen_q;
   p.dense_rows_k = std::int64_t(problem.batch) * problem.seqlen_k;
   return p;
@@ -129,23 +130,48 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const dim3 q_rows_grid(ceil_div(problem.seqlen_q, Rows::kRowsPerBlock), problem.heads_q, batch);
   launch(backward_preprocess_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   const dim3 main_grid(n_blocks, problem.heads_kv * p.head_splits, batch);
-  // Dropout: its own kernels, without softcap (the dispatcher rejects the pair, as flash-attn).
+  // Instances by how tile columns move (common/head_columns.cuh): `full` at head dim HeadDim with
+  // 16-byte aligned operands; else `vectors` or `elements` for the main kernel, and for the
+  // deterministic dQ kernel one instance choosing between them at run time (`any`). Dropout has
+  // its own kernels, without softcap (the dispatcher rejects the pair, as flash-attn).
+  const ColumnMode columns = column_mode(p.cols, HeadDim);
   const bool dropout = problem.dropout.enabled();
-  if (dropout)
-    launch(problem.deterministic ? backward_dkdv_kernel<Main, false, false, true>
-                                 : backward_dkdv_kernel<Main, false, true, true>,
-           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
-  else if (problem.deterministic)
-    launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, false> : backward_dkdv_kernel<Main, false, false>,
-           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
-  else
-    launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, true> : backward_dkdv_kernel<Main, false, true>,
-           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
+  using Full = std::integral_constant<ColumnMode, ColumnMode::full>;
+  using Vectors = std::integral_constant<ColumnMode, ColumnMode::vectors>;
+  using Elements = std::integral_constant<ColumnMode, ColumnMode::elements>;
+  using Any = std::integral_constant<ColumnMode, ColumnMode::any>;
+  auto launch_main = [&](auto softcap, auto accumulate_dq, auto with_dropout) {
+    constexpr bool kSoftcap = decltype(softcap)::value, kAccumulateDq = decltype(accumulate_dq)::value;
+    constexpr bool kDropout = decltype(with_dropout)::value;
+    auto with = [&](auto mode) {
+      launch(backward_dkdv_kernel<Main, kSoftcap, kAccumulateDq, decltype(mode)::value, kDropout>, main_grid,
+             Main::kThreads, Main::kSmemBytes, stream, p);
+    };
+    if (columns == ColumnMode::full) with(Full{});
+    else if (columns == ColumnMode::vectors) with(Vectors{});
+    else with(Elements{});
+  };
+  if (dropout) {
+    if (problem.deterministic) launch_main(std::false_type{}, std::false_type{}, std::true_type{});
+    else launch_main(std::false_type{}, std::true_type{}, std::true_type{});
+  } else if (problem.deterministic) {
+    if (p.softcap > 0) launch_main(std::true_type{}, std::false_type{}, std::false_type{});
+    else launch_main(std::false_type{}, std::false_type{}, std::false_type{});
+  } else {
+    if (p.softcap > 0) launch_main(std::true_type{}, std::true_type{}, std::false_type{});
+    else launch_main(std::false_type{}, std::true_type{}, std::false_type{});
+  }
   if (problem.deterministic) {
-    launch(dropout ? backward_dq_kernel<DqOnly, false, true>
-           : p.softcap > 0 ? backward_dq_kernel<DqOnly, true> : backward_dq_kernel<DqOnly, false>,
-           dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch), DqOnly::kThreads,
-           DqOnly::kSmemBytes, stream, p);
+    auto launch_dq = [&](auto softcap, auto with_dropout) {
+      constexpr bool kSoftcap = decltype(softcap)::value, kDropout = decltype(with_dropout)::value;
+      auto dq_kernel = columns == ColumnMode::full ? backward_dq_kernel<DqOnly, kSoftcap, Full::value, kDropout>
+                                                   : backward_dq_kernel<DqOnly, kSoftcap, Any::value, kDropout>;
+      launch(dq_kernel, dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch), DqOnly::kThreads,
+             DqOnly::kSmemBytes, stream, p);
+    };
+    if (dropout) launch_dq(std::false_type{}, std::true_type{});
+    else if (p.softcap > 0) launch_dq(std::true_type{}, std::false_type{});
+    else launch_dq(std::false_type{}, std::false_type{});
   } else {
     launch(backward_dq_convert_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   }

@@ -4,6 +4,7 @@
 
 #include "common/host_device.hpp"
 #include "common/problem.hpp"
+#include "cuda/common/head_columns.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -19,6 +20,9 @@ struct BackwardParams {
   float softcap = 0.0f;            // 0 = off
   int window_left = -1, window_right = -1;
   detail::DropoutParams dropout;   // read by the kernels instantiated with kDropout
+  // The problem's head dim and how its rows move (common/head_columns.cuh): every kernel below
+  // reads and writes only columns < cols.dim of the operands (the workspace keeps the width's).
+  HeadColumns cols{0, true};
 
   // Workspace. Per-row vectors are [heads_q][dense_rows_q]; row r of sequence b is
   // SequenceRows::dense_q + r (common/sequence_rows.cuh).

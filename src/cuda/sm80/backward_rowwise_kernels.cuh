@@ -4,7 +4,11 @@
 //               clearing the dQ accumulator on its way;
 //   dq_convert: dq = scale * dQ accumulator, in the output dtype (non-deterministic mode);
 //   kv_reduce:  dk, dv = sum of the per-chunk fp32 partials in a fixed order (GQA split).
-// A row of head_dim elements is handled by a group of lanes, 8 elements (16 bytes) each.
+// A row of head_dim elements is handled by a group of lanes, 8 elements (16 bytes) each. Only
+// the problem's columns are read and written (p.cols, common/head_columns.cuh: its head dim may
+// be below HeadDim, the width; rows that are not 16-byte aligned move element by element). These
+// passes are memory-bound: the test is one uniform branch per thread (ColumnMode::any), not a
+// template parameter.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -27,8 +31,24 @@ struct RowwiseShape {
 };
 
 template <class Element>
-__device__ __forceinline__ void store_16_bytes(Element* dst, const cutlass::Array<Element, 8>& values) {
-  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&values);
+__device__ __forceinline__ void store_16_bytes(Element* dst, const cutlass::Array<Element, 8>& values, int col,
+                                               const HeadColumns& cols) {
+  store_piece<ColumnMode::any>(dst, *reinterpret_cast<const uint4*>(&values), col, cols);
+}
+
+// Elements col .. col + 7 of a row; those at columns >= cols.dim read as zeros.
+template <class Element>
+__device__ __forceinline__ cutlass::Array<Element, 8> load_16_bytes(const Element* src, int col,
+                                                                   const HeadColumns& cols) {
+  cutlass::Array<Element, 8> values;
+  if (cols.vectors) {
+    if (col < cols.dim) values = *reinterpret_cast<const cutlass::AlignedArray<Element, 8>*>(src);
+    else values.fill(Element(0));
+  } else {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 8; ++i) values[i] = col + i < cols.dim ? src[i] : Element(0);
+  }
+  return values;
 }
 
 // This CTA's contiguous share of `data` (count float4s) set to zero.
@@ -58,8 +78,8 @@ __global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
       return static_cast<const Element*>(t.data) + b * t.batch_stride + (seq.row_q + row) * t.seq_stride +
              std::int64_t(head) * t.head_stride + chunk * 8;
     };
-    const auto o = *reinterpret_cast<const cutlass::AlignedArray<Element, 8>*>(at(p.out));
-    const auto d = *reinterpret_cast<const cutlass::AlignedArray<Element, 8>*>(at(p.dout));
+    const auto o = load_16_bytes(at(p.out), chunk * 8, p.cols);
+    const auto d = load_16_bytes(at(p.dout), chunk * 8, p.cols);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < 8; ++i) dot += float(o[i]) * float(d[i]);
   }
@@ -92,7 +112,7 @@ __global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
   for (int i = 0; i < 8; ++i) values[i] *= p.scale;
   Element* dst = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + (seq.row_q + row) * p.dq.seq_stride +
                  std::int64_t(head) * p.dq.head_stride + chunk * 8;
-  store_16_bytes(dst, cutlass::NumericArrayConverter<Element, float, 8>{}(values));
+  store_16_bytes(dst, cutlass::NumericArrayConverter<Element, float, 8>{}(values), chunk * 8, p.cols);
 }
 
 template <class Element, int HeadDim>
@@ -117,7 +137,7 @@ __global__ void __launch_bounds__(RowwiseShape<HeadDim>::kThreads)
     }
     Element* dst = static_cast<Element*>(out.data) + b * out.batch_stride + (seq.row_k + row) * out.seq_stride +
                    std::int64_t(kv_head) * out.head_stride + chunk * 8;
-    store_16_bytes(dst, cutlass::NumericArrayConverter<Element, float, 8>{}(sum));
+    store_16_bytes(dst, cutlass::NumericArrayConverter<Element, float, 8>{}(sum), chunk * 8, p.cols);
   };
   reduce_into(p.dk_partial, p.dk);
   reduce_into(p.dv_partial, p.dv);

@@ -6,6 +6,7 @@
 #include <cutlass/array.h>
 
 #include "cuda/common/fragment.cuh"
+#include "cuda/common/head_columns.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -72,6 +73,45 @@ __device__ __forceinline__ void store_rows(const TiledCopy& tiled_copy, const Sr
     if (get<0>(coords(0, m, 0)) < valid_rows) copy(tiled_copy, src(_, m, _), dst(_, m, _));
 }
 
+// load_rows_async, and outside ColumnMode::full the columns too: pieces at columns >= cols.dim
+// become zeros, rows that are not 16-byte aligned are read element by element
+// (common/head_columns.cuh).
+template <ColumnMode kColumns, class TiledCopy, class Src, class Dst, class Coords>
+__device__ __forceinline__ void load_tile_async(const TiledCopy& tiled_copy, const Src& src, Dst&& dst,
+                                                const Coords& coords, int valid_rows, const HeadColumns& cols) {
+  using namespace cute;
+  if constexpr (kColumns == ColumnMode::full) {
+    load_rows_async(tiled_copy, src, dst, coords, valid_rows);
+  } else {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(src); ++m) {
+      const bool row_valid = get<0>(coords(0, m, 0)) < valid_rows;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(src); ++k)
+        load_piece<kColumns>(&dst(0, m, k), &src(0, m, k), row_valid, get<1>(coords(0, m, k)), cols);
+    }
+  }
+}
+
+// store_rows, and outside ColumnMode::full only the columns < cols.dim (common/head_columns.cuh).
+template <ColumnMode kColumns, class TiledCopy, class Src, class Dst, class Coords>
+__device__ __forceinline__ void store_tile(const TiledCopy& tiled_copy, const Src& src, Dst&& dst,
+                                           const Coords& coords, int valid_rows, const HeadColumns& cols) {
+  using namespace cute;
+  if constexpr (kColumns == ColumnMode::full) {
+    store_rows(tiled_copy, src, dst, coords, valid_rows);
+  } else {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(src); ++m) {
+      if (get<0>(coords(0, m, 0)) >= valid_rows) continue;
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(src); ++k)
+        store_piece<kColumns>(&dst(0, m, k), *reinterpret_cast<const uint4*>(&src(0, m, k)), get<1>(coords(0, m, k)),
+                          cols);
+    }
+  }
+}
+
 // dst[i] += acc[i] for an accumulator and its global partition (thr_mma.partition_C), by pairs
 // of adjacent columns. Hopper has 8-byte float atomics; sm80 uses two 4-byte ones.
 template <class Acc, class Dst>
@@ -112,6 +152,26 @@ __device__ __forceinline__ void store_pairs(const Acc& acc, Dst&& dst, const Coo
     CUTE_UNROLL
     for (int c = 0; c < size<1>(acc); c += 2)
       *reinterpret_cast<ElementPair<T>*>(&dst(r, c)) = ElementPair<T>{T(acc(r, c)), T(acc(r, c + 1))};
+  }
+}
+
+// store_pairs, and outside ColumnMode::full only the columns < cols.dim (coords: (row, column) of
+// each accumulator element).
+template <ColumnMode kColumns, class Acc, class Dst, class Coords>
+__device__ __forceinline__ void store_pairs(const Acc& acc, Dst&& dst, const Coords& coords, int valid_rows,
+                                            const HeadColumns& cols) {
+  using namespace cute;
+  using T = typename std::remove_reference_t<Dst>::value_type;
+  if constexpr (kColumns == ColumnMode::full) {
+    store_pairs(acc, dst, coords, valid_rows);
+  } else {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(acc); ++r) {
+      if (get<0>(coords(r, 0)) >= valid_rows) continue;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc); c += 2)
+        store_pair<kColumns>(&dst(r, c), T(acc(r, c)), T(acc(r, c + 1)), get<1>(coords(r, c)), cols);
+    }
   }
 }
 

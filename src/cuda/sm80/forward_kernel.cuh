@@ -11,6 +11,9 @@
 // Q K(j)^T, K(j-1) during softmax and P V(j). Each warp owns 16-row slices of the tile, so the
 // softmax needs no shared-memory exchange. O is normalized once at the end and written through
 // shared memory with 16-byte stores (or, for a split, as fp32 partials for the combine kernel).
+// kColumns: how tile columns move (common/head_columns.cuh): `full` where the head dim is
+// kHeadDim with 16-byte aligned rows; otherwise columns past the head dim are zero-filled on
+// load and not stored, by 16-byte pieces (`vectors`) or element by element (`elements`).
 #include <climits>
 
 #include <cute/tensor.hpp>
@@ -84,7 +87,7 @@ __device__ inline bool locate_block(const ForwardParams& p, int block_m, int blo
 // kDropout: P is dropped (common/dropout.cuh) after the softmax, for P V only; the row sums and
 // the LSE are those of the undropped scores, and O is scaled by 1 / (1 - p) at the end.
 // Requires params.pack == 1. A template flag, so that kernels without dropout carry none of it.
-template <class Traits, bool kDropout = false>
+template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   using namespace cute;
@@ -168,8 +171,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
       if (get<0>(tQc(0, m, 0)) >= blk.rows) return;
       Element* row_ptr = out_base + index;
       CUTE_UNROLL
-      for (int k = 0; k < size<2>(tQc); ++k)
-        *reinterpret_cast<uint4*>(row_ptr + get<1>(tQc(0, m, k))) = piece(m, k);
+      for (int k = 0; k < size<2>(tQc); ++k) {
+        const int col = get<1>(tQc(0, m, k));
+        store_piece<kColumns>(row_ptr + col, piece(m, k), col, params.cols);
+      }
     });
   };
 
@@ -212,7 +217,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
     const bool valid = get<0>(tQc(0, m, 0)) < blk.rows;
     const Element* row_ptr = q_base + (valid ? index : 0);
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tQc); ++k) cp_async_16(&tQsQ(0, m, k), row_ptr + get<1>(tQc(0, m, k)), valid);
+    for (int k = 0; k < size<2>(tQc); ++k) {
+      const int col = get<1>(tQc(0, m, k));
+      load_piece<kColumns>(&tQsQ(0, m, k), row_ptr + col, valid, col, params.cols);
+    }
   });
   // A thread's pieces of a K/V tile lie at fixed offsets from its first one (rows a fixed step
   // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
@@ -251,8 +259,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
       const bool valid = first_key + row < blk.seq.len_k;
       const Element* row_ptr = valid ? first_piece + row * seq_stride : seq_base;
       CUTE_UNROLL
-      for (int k = 0; k < size<2>(tKVc); ++k)
-        cp_async_16(&smem_part(0, m, k), row_ptr + (get<1>(tKVc(0, m, k)) - kv_col0), valid);
+      for (int k = 0; k < size<2>(tKVc); ++k) {
+        const int dcol = get<1>(tKVc(0, m, k)) - kv_col0;  // compile-time
+        load_piece<kColumns>(&smem_part(0, m, k), row_ptr + dcol, valid, kv_col0 + dcol, params.cols);
+      }
     }
   };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 #include <string>
 
 #include "cuda/common/check.cuh"
@@ -45,6 +46,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
   f.seqlen_k = p.seqlen_k;
   f.window_left = p.window_left;
   f.window_right = p.window_right;
+  f.cols = head_columns(p);
 
   constexpr float kLog2e = 1.4426950408889634f;
   if (p.softcap > 0.f) {
@@ -73,16 +75,16 @@ struct KernelResidency {
   int l2_bytes = 0;
 };
 
-template <class Traits, bool kDropout = false>
+template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
 KernelResidency prepare_forward_kernel(int device) {
   auto query = [device] {
     KernelResidency r;
     if (Traits::kSmemBytes > 48 * 1024)
-      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kColumns, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kDropout>,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kColumns, kDropout>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
     return r;
   };
@@ -102,14 +104,15 @@ inline void check_grid(const char* what, long long value, long long limit) {
 }
 
 // Launches one tile configuration. num_splits = 0 lets the heuristic choose (tuning tools force
-// a count). kDropout: the kernel with dropout (params.pack must be 1).
-template <class Traits, bool kDropout = false>
+// a count). kColumns: how the kernel moves tile columns (column_mode of params.cols;
+// common/head_columns.cuh). kDropout: the kernel with dropout (params.pack must be 1).
+template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
 void launch_forward(const detail::ForwardProblem& problem, ForwardParams params, int device,
                     int num_splits = 0) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
-  const KernelResidency residency = prepare_forward_kernel<Traits, kDropout>(device);
+  const KernelResidency residency = prepare_forward_kernel<Traits, kColumns, kDropout>(device);
 
   const long long rows = static_cast<long long>(problem.seqlen_q) * params.pack;
   const int m_blocks = int((rows + Traits::kBlockM - 1) / Traits::kBlockM);
@@ -150,7 +153,7 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
     params.partial_lse = workspace.at<float>(lse_offset);
   }
 
-  forward_kernel<Traits, kDropout><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  forward_kernel<Traits, kColumns, kDropout><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
   FA_CUDA_CHECK_LAUNCH();
 
   if (params.num_splits > 1) {
@@ -172,18 +175,27 @@ void run_forward(const detail::ForwardProblem& problem) {
   using DecodeTraits = ForwardTraits<Element, HeadDim, kDecode.block_m, kDecode.block_n, kDecode.warps>;
 
   ForwardParams params = make_forward_params(problem);
-  if (problem.dropout.enabled()) {
-    // One extra kernel per (dtype, head dim): prefill tiles, query heads never packed into
-    // rows (dropout's stream is laid out per query head; common/philox.hpp).
-    launch_forward<PrefillTraits, true>(problem, params, problem.device_index);
-    return;
+  // Dropout: one extra kernel per column mode, prefill tiles, query heads never packed into
+  // rows (dropout's stream is laid out per query head; common/philox.hpp).
+  const bool dropout = problem.dropout.enabled();
+  if (!dropout) params.pack = choose_pack(problem, kPrefill);
+  const bool decode = !dropout && (use_decode_tiles(problem, params.pack, kDecode) ||
+                                   short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack));
+  // Tiles are chosen by the width (the work per tile is the width's, whatever the head dim).
+  auto launch = [&](auto columns) {
+    constexpr ColumnMode kColumns = decltype(columns)::value;
+    if (dropout)
+      launch_forward<PrefillTraits, kColumns, true>(problem, params, problem.device_index, problem.num_splits);
+    else if (decode)
+      launch_forward<DecodeTraits, kColumns>(problem, params, problem.device_index, problem.num_splits);
+    else
+      launch_forward<PrefillTraits, kColumns>(problem, params, problem.device_index, problem.num_splits);
+  };
+  switch (column_mode(params.cols, HeadDim)) {
+    case ColumnMode::full: return launch(std::integral_constant<ColumnMode, ColumnMode::full>{});
+    case ColumnMode::vectors: return launch(std::integral_constant<ColumnMode, ColumnMode::vectors>{});
+    default: return launch(std::integral_constant<ColumnMode, ColumnMode::elements>{});
   }
-  params.pack = choose_pack(problem, kPrefill);
-  if (use_decode_tiles(problem, params.pack, kDecode) ||
-      short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack))
-    launch_forward<DecodeTraits>(problem, params, problem.device_index, problem.num_splits);
-  else
-    launch_forward<PrefillTraits>(problem, params, problem.device_index, problem.num_splits);
 }
 
 }  // namespace flashattn::cuda::sm80

@@ -6,6 +6,7 @@
 #include "common/host_device.hpp"
 #include "common/kv_layout.hpp"
 #include "common/problem.hpp"
+#include "cuda/common/head_columns.cuh"
 #include "cuda/common/tile_order.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -26,6 +27,9 @@ struct ForwardParams {
   int batch, heads_q, heads_kv, group;
   int seqlen_q, seqlen_k;  // variable length: the maxima
   int window_left, window_right;
+  // The problem's head dim and how its rows move (common/head_columns.cuh); kernels outside
+  // ColumnMode::full read it.
+  HeadColumns cols;
 
   // Softmax in logit units (see common/online_softmax.cuh): probabilities are
   // exp2(logit * scale_log2 - ...), LSE = max_logit * logit_scale + log(sum).

@@ -101,7 +101,15 @@ __global__ void __launch_bounds__(CombineShape<kHeadDim>::kThreads)
   packed[1] = Element(acc.y);
   packed[2] = Element(acc.z);
   packed[3] = Element(acc.w);
-  *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(&packed);  // 8-byte store
+  // Only the problem's columns (its head dim may be below kHeadDim: common/head_columns.cuh);
+  // element by element where rows are not 16-byte aligned. A uniform branch per thread.
+  if (params.cols.vectors) {
+    if (col < params.cols.dim) *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(&packed);  // 8-byte store
+  } else {
+    CUTLASS_PRAGMA_UNROLL
+    for (int e = 0; e < 4; ++e)
+      if (col + e < params.cols.dim) dst[e] = packed[e];
+  }
   if (col == 0 && params.lse != nullptr)
     params.lse[lse_index(params.lse_layout, b, seq.offset_q, i, h)] = lse;
 }

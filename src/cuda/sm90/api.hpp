@@ -2,6 +2,7 @@
 // The sm90 family (FlashAttention-3 class: TMA, WGMMA, warp specialization): entry points that
 // the dispatcher calls. Defined in launch.cuh, instantiated per (dtype, head dim).
 #include "common/problem.hpp"
+#include "cuda/common/head_columns.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -30,13 +31,18 @@ inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, b
 // sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
 // as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
 // V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores). Dropout both ways.
+// Pointers and strides must be 16-byte multiples (TMA's rule, and the plain loads' and stores'
+// 16-byte vectors), so the head dim a multiple of 8 (common/head_columns.cuh: `vectors`). The
+// forward runs a head dim below its kernel's width: the TMA views have the head dim's extent, so
+// loads zero-fill the columns past it and stores clip them. The backward takes only the widths
+// (dispatch.cu).
 inline bool supports_forward(const detail::ForwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
-         tma_readable(p, p.out, true);
+         tma_readable(p, p.out, true) && head_columns(p).vectors;
 }
 inline bool supports_backward(const detail::BackwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
-         tma_readable(p, p.dout, true);
+         tma_readable(p, p.dout, true) && head_columns(p).vectors;
 }
 
 template <class Element, int HeadDim>

@@ -62,6 +62,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   rows.seqlen_q = problem.seqlen_q;
   rows.seqlen_k = problem.seqlen_k;
   rows.scale = problem.scale;
+  rows.cols = {problem.head_dim, true};  // the sm90 backward runs at d == width, 16-byte aligned
   const std::int64_t dense_rows_q = std::int64_t(problem.batch) * problem.seqlen_q;
   rows.dense_rows_q = (dense_rows_q + 3) / 4 * 4;
   rows.dense_rows_k = std::int64_t(problem.batch) * problem.seqlen_k;

@@ -4,7 +4,8 @@
 // store for fixed-length batches (TMA clips the rows past seqlen_q) and by 16-byte stores
 // limited to the sequence's rows for variable length (the packed tensor continues with the
 // next sequence), so that no warpgroup waits for another and their ping-pong offset carries
-// over into the next tile. The LSE goes straight from registers. Up to head dim 128 the output
+// over into the next tile. A head dim below the width: TMA clips the columns past it, the
+// 16-byte stores skip them. The LSE goes straight from registers. Up to head dim 128 the output
 // has shared memory of its own; above, it is staged in the tile's last K and V stages
 // (forward_traits.cuh), which the caller frees once `store` returns.
 #include <cute/tensor.hpp>
@@ -102,8 +103,9 @@ struct ForwardEpilogue {
 #pragma unroll 1
       for (int i = lane; i < rows * kChunksPerRow; i += 128) {
         const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-        *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) =
-            *reinterpret_cast<const uint4*>(&sO(row, col));
+        if (col < p.head_dim)  // a head dim below the width: its columns only
+          *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) =
+              *reinterpret_cast<const uint4*>(&sO(row, col));
       }
     }
 
@@ -118,7 +120,7 @@ struct ForwardEpilogue {
     Element* out = output_rows(p, w);
     for (int i = thread; i < w.rows * kChunksPerRow; i += kThreads) {
       const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-      *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) = make_uint4(0, 0, 0, 0);
+      if (col < p.head_dim) *reinterpret_cast<uint4*>(out + row * p.out_seq_stride + col) = make_uint4(0, 0, 0, 0);
     }
     if (p.lse != nullptr) {
       float* out_lse = lse_rows(p, w);

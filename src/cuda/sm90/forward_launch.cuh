@@ -65,6 +65,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.out_batch_stride = p.out.batch_stride;
   f.out_seq_stride = p.out.seq_stride;
   f.out_head_stride = p.out.head_stride;
+  f.head_dim = p.head_dim;
   f.lse = p.lse.data;
   f.lse_batch_stride = p.lse.batch_stride;
   f.lse_head_stride = p.lse.head_stride;

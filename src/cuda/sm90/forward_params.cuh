@@ -29,6 +29,7 @@ struct ForwardParams {
   // sequence b at out + b * batch_stride + row * seq_stride + h * head_stride.
   void* out;
   std::int64_t out_batch_stride, out_seq_stride, out_head_stride;
+  int head_dim;  // the problem's (a multiple of 8, at most kHeadDim): columns past it are not stored
   float* lse;  // null: not requested
   std::int64_t lse_batch_stride, lse_head_stride;
 

@@ -161,8 +161,10 @@ struct ForwardTraits {
   static constexpr uint32_t kQueryBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKeyBytes = kBlockN * kHeadDim * sizeof(Element);
 
-  // Global tensors as TMA sees them: (rows, head dim, heads, batch), strides in elements.
-  using GmemShape = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch), strides in elements. The
+  // head dim is the problem's (at most kHeadDim): TMA zero-fills the columns of a box past it
+  // on load and clips them on store (api.hpp: supports_forward).
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
   using GmemLayout = Layout<GmemShape, GmemStride>;
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));

@@ -16,7 +16,8 @@
 namespace flashattn::cuda::sm90 {
 
 // A TMA view of operand t, laid out over the problem's query rows (`query_side`) or key rows:
-// (rows, head dim, heads, batch), the extents of operand_extent (api.hpp). Strides of
+// (rows, head dim, heads, batch), the extents of operand_extent (api.hpp); the head dim's extent
+// is the problem's where Traits::GmemShape has it dynamic (the forward), else the width. Strides of
 // single-entry modes are never followed; they are replaced by a harmless aligned value since TMA
 // requires every stride to be a multiple of 16 bytes. An operand with no elements may have no
 // storage; TMA still wants a valid address (never read), so it gets Q's.
@@ -28,7 +29,13 @@ auto tma_view(const detail::Problem& p, const detail::SeqTensor& t, bool query_s
   const std::int64_t any = Traits::kHeadDim;
   auto pick = [&](std::int64_t stride, std::int64_t extent) { return extent > 1 ? stride : any; };
   const int rows_tma = int(std::max<std::int64_t>(e.rows, 1));
-  auto layout = make_layout(make_shape(rows_tma, Int<Traits::kHeadDim>{}, std::max(e.heads, 1), std::max(e.batch, 1)),
+  auto dim = [&] {
+    if constexpr (is_static<cute::remove_cvref_t<decltype(get<1>(typename Traits::GmemShape{}))>>::value)
+      return Int<Traits::kHeadDim>{};
+    else
+      return int(p.head_dim);
+  }();
+  auto layout = make_layout(make_shape(rows_tma, dim, std::max(e.heads, 1), std::max(e.batch, 1)),
                             make_stride(pick(t.seq_stride, e.rows), _1{}, pick(t.head_stride, e.heads),
                                         pick(t.batch_stride, e.batch)));
   return make_tensor(make_gmem_ptr(data), layout);
