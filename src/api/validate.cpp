@@ -219,7 +219,7 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
   if (!(o.dropout_p >= 0.0f && o.dropout_p < 1.0f))
     fail("dropout_p", "a probability in [0, 1)", std::to_string(o.dropout_p));
   if (o.dropout_state.present()) {
-    check_tensor("dropout_state", o.dropout_state, 1, Access::elements);
+    check_tensor("dropout_state", o.dropout_state, 1);
     check_dtype("dropout_state", o.dropout_state, DType::i64);
     check_same_placement("dropout_state", o.dropout_state, q);
     check_shape("dropout_state", o.dropout_state, {2}, "(seed, offset) =");
