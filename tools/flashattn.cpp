@@ -1,7 +1,7 @@
 // The `flashattn` command line: run one workload, sweep a benchmark, print build info.
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
-//                 [--causal] [--window L,R] [--softcap C] [--dtype f16|bf16|f32]
+//                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
 //                   [--backward] [--json FILE [--plot]]
@@ -88,9 +88,9 @@ std::string megabytes(std::size_t bytes) {
 }
 
 int run_command(int argc, char** argv) {
-  const std::vector<std::string> flags = {"causal", "backward"};
+  const std::vector<std::string> flags = {"causal", "backward", "alibi"};
   Args args(argc, argv, 2, flags);
-  args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
+  args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap", "alibi",
                        "dtype", "backend", "backward", "check-rows", "seed"});
   Shape s;
   s.batch = args.integer("batch", 2);
@@ -108,6 +108,7 @@ int run_command(int argc, char** argv) {
     s.window_right = std::stoi(w.substr(comma + 1));
   }
   s.softcap = std::stof(args.get("softcap", "0"));
+  s.alibi = args.has("alibi");
   s.device = parse_backend(args.get("backend", "auto"));
   s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
   const bool with_backward = args.has("backward");
@@ -293,7 +294,7 @@ int info_command() {
 void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
-               "                       [--headdim D] [--causal] [--window L,R] [--softcap C]\n"
+               "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--alibi]\n"
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"
@@ -303,7 +304,10 @@ void usage() {
                "bench --plot also writes FILE's plot beside it (FILE with .png: TFLOP/s or TB/s against sequence\n"
                "length, one panel per head dim and mask) with python3 and matplotlib: bench/plot.py of the source\n"
                "tree this binary was built from, else `python3 -m flashattn.plot` (the installed Python package).\n"
-               "It is checked before the sweep; without python3 and matplotlib, bench --plot stops with a message.\n");
+               "It is checked before the sweep; without python3 and matplotlib, bench --plot stops with a message.\n"
+               "\n"
+               "run --alibi adds ALiBi with the standard geometric slopes 2^(-8k/H), k = 1..H. --window L,R follows\n"
+               "flash-attn: -1 or a size >= the key length is unbounded; with --causal, R is 0 whatever is given.\n");
 }
 
 }  // namespace

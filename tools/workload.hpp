@@ -15,6 +15,7 @@ struct Shape {
   bool causal = false;
   int window_left = -1, window_right = -1;
   float softcap = 0;
+  bool alibi = false;  // ALiBi with the standard geometric slopes 2^(-8k/heads), k = 1..heads
   DType dtype = DType::bf16;
   DeviceKind device = DeviceKind::cpu;
 

@@ -28,6 +28,7 @@ struct Options {
   nb::handle cu_seqlens_q, cu_seqlens_k;
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<std::uintptr_t> stream;
+  nb::handle alibi_slopes;
 };
 
 // Fills the library's options; `q`/`view_q` pick the stream when the caller names none.
@@ -41,6 +42,7 @@ void apply(const Options& o, TensorViews& views, nb::handle q, const TensorView&
   a.cu_seqlens_k = views.input(o.cu_seqlens_k, "cu_seqlens_k", kOffsetsDType);
   a.max_seqlen_q = o.max_seqlen_q;
   a.max_seqlen_k = o.max_seqlen_k;
+  a.alibi_slopes = views.input(o.alibi_slopes, "alibi_slopes", kLseDType);  // float32
   a.stream = reinterpret_cast<void*>(o.stream ? *o.stream : current_stream(q, view_q));
 }
 
@@ -105,7 +107,9 @@ Any tensor exporting DLPack or the buffer protocol (torch, CuPy, JAX inputs, Num
 strides whose last dimension is contiguous; nothing is copied. dtypes f16/bf16 (f32 on the CPU).
 out: like q. lse: float32 (batch, heads_q, seqlen_q), or (heads_q, total_q) packed; optional.
 On the GPU every outer stride must be a multiple of 16 bytes: pad lse rows to 4 floats.
-window_size: (left, right), -1 unbounded; causal is right = 0. softcap: 0 = off.
+window_size: (left, right), -1 (or a size >= seqlen_k) unbounded; causal sets right = 0.
+softcap: 0 = off. alibi_slopes: float32 (heads_q,) or (batch, heads_q): ALiBi, the score of query
+i and key j gains -slope * |i + seqlen_k - seqlen_q - j| (after softcap); no gradient.
 stream: a cudaStream_t as an int; by default the current stream of torch or CuPy, else stream 0.
 Raises ValueError / TypeError for bad arguments (nothing written), NotImplementedError for what
 this build does not support.)";
@@ -138,13 +142,16 @@ NB_MODULE(_C, m) {
 #define FA_OPTION_ARGS                                                                          \
   "softmax_scale"_a = nb::none(), "causal"_a = false, "window_size"_a = std::make_pair(-1, -1), \
   "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),             \
-  "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "stream"_a = nb::none()
+  "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "stream"_a = nb::none(), "alibi_slopes"_a = nb::none()
 #define FA_OPTION_PARAMS                                                                          \
   std::optional<float> softmax_scale, bool causal, std::pair<int, int> window_size, float softcap, \
       nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,        \
-      std::optional<std::uintptr_t> stream
-#define FA_OPTIONS \
-  Options { softmax_scale, causal, window_size, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, stream }
+      std::optional<std::uintptr_t> stream, nb::handle alibi_slopes
+#define FA_OPTIONS                                                                                      \
+  Options {                                                                                             \
+    softmax_scale, causal, window_size, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, \
+        stream, alibi_slopes                                                                            \
+  }
 
   m.def(
       "forward",

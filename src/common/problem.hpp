@@ -3,6 +3,7 @@
 // (src/api) builds it after checking every argument; backends trust it.
 #include <cstdint>
 
+#include "common/alibi.hpp"
 #include "common/host_device.hpp"
 #include "flashattn/tensor.hpp"
 
@@ -53,6 +54,7 @@ struct Problem {
   int window_left = -1;
   int window_right = -1;
   bool causal = false;
+  AlibiSlopes alibi;  // alibi.data == nullptr: no ALiBi
 
   SeqTensor q, k, v;
 

@@ -11,6 +11,9 @@ enum class Layout {
   padded,  // bshd with padding after every row and every head (outputs' padding must stay poisoned)
 };
 
+// ALiBi slopes: none, one per query head (heads_q,), or one per (sequence, query head).
+enum class Alibi { none, heads, batch_heads };
+
 struct Case {
   std::string name;
   int batch = 1;
@@ -23,6 +26,7 @@ struct Case {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.0f;
+  Alibi alibi = Alibi::none;  // slopes drawn at random in [0.05, 0.55) with the inputs
   float magnitude = 1.0f;  // inputs are N(0, magnitude^2)
   std::vector<int> lens_q, lens_k;  // non-empty: variable length with these sequence lengths
   Layout layout = Layout::bshd;

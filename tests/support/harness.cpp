@@ -73,8 +73,21 @@ int max_of(const std::vector<int>& lens) {
   return m;
 }
 
-// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k` on `device`.
-void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k) {
+// The case's ALiBi slopes (an empty tensor without ALiBi), drawn from `rng`.
+HostTensor make_slopes(const Case& c, std::mt19937_64& rng) {
+  if (c.alibi == Alibi::none) return HostTensor(DType::f32, {1});  // unused
+  const std::int64_t batch = c.varlen() ? std::int64_t(c.lens_q.size()) : c.batch;
+  HostTensor t = c.alibi == Alibi::heads ? HostTensor(DType::f32, {c.heads_q})
+                                         : HostTensor(DType::f32, {batch, c.heads_q});
+  std::uniform_real_distribution<float> slope(0.05f, 0.55f);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, slope(rng));
+  return t;
+}
+
+// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k` and the slopes at
+// `slopes` on `device`.
+void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k, TensorView slopes) {
+  if (c.alibi != Alibi::none) o.alibi_slopes = slopes;
   o.causal = c.causal;
   o.window_left = c.window_left;
   o.window_right = c.window_right;
@@ -109,11 +122,11 @@ struct Operands {
 
 // Reference out/LSE (f32) from f32 copies of the inputs; with round_to, the baseline.
 void run_reference_forward(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                           HostTensor& cu_q, HostTensor& cu_k, HostTensor& out, HostTensor& lse,
-                           std::optional<DType> round_to) {
+                           HostTensor& cu_q, HostTensor& cu_k, HostTensor& slopes, HostTensor& out,
+                           HostTensor& lse, std::optional<DType> round_to) {
   HostTensor q32 = q.to_f32(), k32 = k.to_f32(), v32 = v.to_f32();
   ForwardArgs a;
-  fill_options(a, c, cu_q.view(), cu_k.view());
+  fill_options(a, c, cu_q.view(), cu_k.view(), slopes.view());
   a.q = q32.view();
   a.k = k32.view();
   a.v = v32.view();
@@ -194,10 +207,11 @@ ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::u
   out.poison();
   lse.poison();
   HostTensor cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k);
+  HostTensor slopes = make_slopes(c, rng);
 
-  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k});
+  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &slopes});
   ForwardArgs a;
-  fill_options(a, c, ops.view(5), ops.view(6));
+  fill_options(a, c, ops.view(5), ops.view(6), ops.view(7));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);
@@ -207,8 +221,8 @@ ForwardCheck check_forward(const Case& c, DType dtype, DeviceKind device, std::u
   ops.download({3, 4});
 
   HostTensor ref_out, ref_lse, base_out, base_lse;
-  run_reference_forward(c, q, k, v, cu_q, cu_k, ref_out, ref_lse, std::nullopt);
-  run_reference_forward(c, q, k, v, cu_q, cu_k, base_out, base_lse, dtype);
+  run_reference_forward(c, q, k, v, cu_q, cu_k, slopes, ref_out, ref_lse, std::nullopt);
+  run_reference_forward(c, q, k, v, cu_q, cu_k, slopes, base_out, base_lse, dtype);
 
   ForwardCheck r;
   const auto got = out.to_floats(), ref = ref_out.to_floats();
@@ -250,7 +264,7 @@ struct BackwardRun {
 
 // Inputs of a backward check, drawn from `seed`.
 struct BackwardInputs {
-  HostTensor q, k, v, dout, out, lse, cu_q, cu_k;
+  HostTensor q, k, v, dout, out, lse, cu_q, cu_k, slopes;
 };
 
 BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t seed) {
@@ -266,9 +280,10 @@ BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t se
   }
   in.cu_q = make_offsets(c.lens_q);
   in.cu_k = make_offsets(c.lens_k);
+  in.slopes = make_slopes(c, rng);
   // out and LSE as a correct forward produces them: the reference, out rounded to dtype.
   HostTensor ref_out;
-  run_reference_forward(c, in.q, in.k, in.v, in.cu_q, in.cu_k, ref_out, in.lse, std::nullopt);
+  run_reference_forward(c, in.q, in.k, in.v, in.cu_q, in.cu_k, in.slopes, ref_out, in.lse, std::nullopt);
   in.out = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
   in.out.poison();
   for (std::int64_t i = 0; i < ref_out.numel(); ++i) in.out.set(i, ref_out.get(i));
@@ -280,9 +295,10 @@ BackwardRun run_backward(const Case& c, DType dtype, DeviceKind device, Backward
                 make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k),
                 make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k)};
   for (HostTensor* t : {&r.dq, &r.dk, &r.dv}) t->poison();
-  Operands ops(device, {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k});
+  Operands ops(device, {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k,
+                        &in.slopes});
   BackwardArgs a;
-  fill_options(a, c, ops.view(9), ops.view(10));
+  fill_options(a, c, ops.view(9), ops.view(10), ops.view(11));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);
@@ -305,7 +321,7 @@ BackwardRun reference_gradients(const Case& c, BackwardInputs& in, std::optional
   BackwardRun r{HostTensor(DType::f32, q.shape()), HostTensor(DType::f32, k.shape()),
                 HostTensor(DType::f32, v.shape())};
   BackwardArgs a;
-  fill_options(a, c, in.cu_q.view(), in.cu_k.view());
+  fill_options(a, c, in.cu_q.view(), in.cu_k.view(), in.slopes.view());
   a.q = q.view();
   a.k = k.view();
   a.v = v.view();

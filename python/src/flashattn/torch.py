@@ -10,8 +10,16 @@ variable-length q (total_q, nheads, headdim) with int32 cu_seqlens; softmax_lse 
 (batch, nheads, seqlen_q), or (nheads, total_q) packed, contiguous. Outputs are allocated here;
 CUDA work runs on the current stream; CPU tensors run on flashattn's CPU backend.
 
-Differences from flash-attn: dropout (dropout_p > 0), ALiBi (alibi_slopes) and paged KV
-(block_table) are not implemented and raise NotImplementedError. return_attn_probs=True returns
+Window and causal arguments follow flash-attn's rules: a window size that is negative or
+>= seqlen_k (max_seqlen_k packed) is unbounded, causal=True sets the right size to 0 whatever is
+given, and the sizes may be ints or 0-d tensors. alibi_slopes: float32 (nheads,) or (batch,
+nheads), on q's device; the score of query i and key j gains -slope * |i + seqlen_k - seqlen_q - j|
+(after softcap), with each sequence's own lengths when packed; no gradient flows to the slopes.
+flash-attn's causal kernels add slope * j instead (the same up to a constant per row): outputs and
+gradients agree, softmax_lse differs by slope * (i + seqlen_k - seqlen_q).
+
+Differences from flash-attn: dropout (dropout_p > 0) and paged KV (block_table) are not
+implemented and raise NotImplementedError. return_attn_probs=True returns
 (out, softmax_lse, None): the probabilities are never formed (flash-attn also returns None there
 without dropout). As in flash-attn, no gradient flows through softmax_lse.
 
@@ -22,6 +30,7 @@ same implementation through a plain autograd.Function instead of the dispatcher:
 forward without grad took 17 us this way and 65 us through the custom op, a forward + backward 276
 and 737 us (python/benchmarks/results/).
 """
+import operator
 from typing import Optional
 
 import torch
@@ -53,13 +62,13 @@ def _empty_lse(q: Tensor, varlen: bool) -> Tensor:
     return q.new_empty(shape, dtype=torch.float32)
 
 
-def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                   causal, window_left, window_right, softcap):  # fmt: skip
+def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                   softmax_scale, causal, window_left, window_right, softcap):  # fmt: skip
     _C.forward(
         q, k, v, out, lse,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes,
     )  # fmt: skip
 
 
@@ -69,6 +78,7 @@ def _forward(
     v: Tensor,
     cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
     softmax_scale: Optional[float],
@@ -79,8 +89,8 @@ def _forward(
     deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
     out, lse = torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
-    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                   causal, window_left, window_right, softcap)  # fmt: skip
+    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                   softmax_scale, causal, window_left, window_right, softcap)  # fmt: skip
     return out, lse
 
 
@@ -104,6 +114,7 @@ def _backward(
     lse: Tensor,
     cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
     softmax_scale: Optional[float],
@@ -119,7 +130,7 @@ def _backward(
         deterministic=deterministic, softmax_scale=softmax_scale, causal=causal,
         window_size=(window_left, window_right), softcap=softcap,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes,
     )  # fmt: skip
     return dq, dk, dv
 
@@ -130,20 +141,20 @@ def _backward_fake(dout, q, k, v, *rest) -> tuple[Tensor, Tensor, Tensor]:
 
 # ---- autograd: one rule, used by the custom op and by the eager Function -----------------------
 
-_NON_TENSOR_INPUTS = 10  # forward inputs after q, k, v: none of them has a gradient
+_NON_TENSOR_INPUTS = 11  # forward inputs after q, k, v: none of them has a gradient (nor the slopes)
 
 
 def _save_for_backward(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, *options = inputs
+    q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, *options = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
     ctx.options = options
 
 
 def _gradients(ctx, dout: Tensor, backward) -> tuple:
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ctx.saved_tensors
     dout = _last_dim_contiguous(dout, "dout")
-    dq, dk, dv = backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.options)
+    dq, dk, dv = backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, *ctx.options)
     return (dq, dk, dv) + (None,) * _NON_TENSOR_INPUTS
 
 
@@ -180,6 +191,34 @@ def _last_dim_contiguous(x: Tensor, name: str) -> Tensor:
     return x if x.dim() == 0 or x.stride(-1) == 1 else x.contiguous()
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _window(window_size) -> tuple[int, int]:
+    """flash-attn's (left, right) window: ints or 0-d tensors; any negative size is unbounded (-1).
+
+    The library applies the rest of flash-attn's rules: sizes >= seqlen_k are unbounded, causal
+    sets right to 0.
+    """
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise ValueError(f"flashattn: window_size: expected (left, right), got {window_size!r}") from None
+    sizes = []
+    for name, w in (("window_size[0]", left), ("window_size[1]", right)):
+        if isinstance(w, Tensor):
+            if w.numel() != 1 or w.is_floating_point() or w.is_complex() or w.dtype == torch.bool:
+                raise TypeError(f"flashattn: {name}: expected an int or a 0-d integer tensor, got {w.dtype} {tuple(w.shape)}")
+            w = int(w.item())
+        else:
+            try:
+                w = operator.index(w)
+            except TypeError:
+                raise TypeError(f"flashattn: {name}: expected an int, got {type(w).__name__}") from None
+        sizes.append(min(max(w, -1), _INT32_MAX))  # beyond any seqlen_k: unbounded all the same
+    return sizes[0], sizes[1]
+
+
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_lse, block_table=None) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
@@ -188,14 +227,16 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         raise ValueError(f"flashattn: dropout_p: expected a probability in [0, 1), got {dropout_p}")
     if dropout_p > 0.0:
         raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 (dropout is not implemented), got {dropout_p}")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flashattn: alibi_slopes: expected None (ALiBi is not implemented), got a tensor")
     if block_table is not None:
         raise NotImplementedError("flashattn: block_table: expected None (paged KV is not implemented), got a tensor")
-    window_left, window_right = window_size
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, Tensor):
+            raise TypeError(f"flashattn: alibi_slopes: expected a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        alibi_slopes = _last_dim_contiguous(alibi_slopes, "alibi_slopes")
+    window_left, window_right = _window(window_size)
     inputs = (
         _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v"),
-        cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+        cu_seqlens_q, cu_seqlens_k, alibi_slopes, int(max_seqlen_q), int(max_seqlen_k),
         None if softmax_scale is None else float(softmax_scale), bool(causal),
         int(window_left), int(window_right), float(softcap), bool(deterministic),
     )  # fmt: skip
@@ -215,7 +256,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim).
     softmax_scale: default 1 / sqrt(headdim). causal: bottom-right aligned when seqlen_q !=
-    seqlen_k. window_size: (left, right) sliding window, -1 unbounded. softcap: 0 = off.
+    seqlen_k. window_size: (left, right) sliding window (ints or 0-d tensors), negative or >=
+    seqlen_k unbounded; causal sets right to 0. softcap: 0 = off. alibi_slopes: float32 (nheads,)
+    or (batch, nheads): adds -slope * |i + seqlen_k - seqlen_q - j| to the score of query i, key j.
     deterministic: the backward gives the same bits on every run.
     Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) with
     return_attn_probs=True; softmax_lse is float32 (batch, nheads, seqlen_q).
