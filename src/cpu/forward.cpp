@@ -4,10 +4,9 @@
 // (OpenMP, dynamic schedule, longest first). A task keeps its query block transposed and
 // pre-scaled in fp32, streams the key blocks its rows may see through fp32 tiles, and per key
 // block computes the transposed score tile S^T = K Q^T, soft-caps it, adds the ALiBi bias
-// (common/alibi.hpp), masks it, updates the
-// running row max and sum, rescales its output accumulator and adds P V. Extra memory is a
-// few tiles per thread; every output row is computed by one task in a fixed order, so the
-// result does not depend on the thread count.
+// (common/alibi.hpp), masks it, updates the running row max and sum, rescales its output
+// accumulator and adds P V. Extra memory is a few tiles per thread; every output row is
+// computed by one task in a fixed order, so the result does not depend on the thread count.
 #include <algorithm>
 #include <vector>
 
