@@ -186,7 +186,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // One step. `next` is the step whose Q and dO load during this one (the last step reloads
   // its own: a uniform, unpredicated load costs less than the predicates it would need).
   // kMasked: the tile needs element-wise masking. Instantiated once per kind of tile and
-  // chosen by a branch: were the two merged, every tile would issue both.
+  // chosen by a branch: were the two merged, every tile would issue both. ALiBi's bias (when
+  // given, every tile takes the masked variant) is a uniform branch around the element-wise
+  // step inside the masked variant: a third call site of this lambda made cicc stop inlining
+  // it, and its accumulators went to the stack (3.2 KB frames, 2026-11-26).
   auto run_step = [&](int stage, Step current, Step next, const BlockMask& tile_mask, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int head = current.head;
@@ -211,7 +214,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
+    if (kMasked && p.alibi.enabled())
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0,
+                                             alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
+    else
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
 
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), tPsP);
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), tdSsdS);
@@ -241,7 +248,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int row0 = current.m_block * kBlockM;
     const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
                               min(row0 + kBlockM, seq.len_q) - 1};
-    if (tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
+    if (!p.alibi.enabled() && tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
       run_step(step & 1, current, next, tile_mask, cute::false_type{});
     else
       run_step(step & 1, current, next, tile_mask, cute::true_type{});

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
   // One key block; kMasked: it needs element-wise masking (a branch per block, not predicates
   // per element: see the main kernel).
-  auto run_block = [&](int i, auto masked) {
+  auto run_block = [&](int i, auto masked) {  // ALiBi: as in the main kernel
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = i & 1;
     const int key0 = (n_first + i) * kBlockN;
@@ -126,13 +126,17 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0);
+    if (kMasked && p.alibi.enabled())
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0,
+                                             alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
+    else
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0);
 
     Tensor ds = convert_fragment<Element>(acc_dp);
     gemm_reg_smem(mma, acc_dq, make_tensor(ds.data(), accumulator_as_a_operand_layout(ds.layout())), tdQrKt, tdQsKt(_, _, _, stage), ldsm_bt);
   };
   for (int i = 0; i < n_count; ++i) {
-    if (mask.tile_fully_visible(n_first + i, kBlockN))
+    if (!p.alibi.enabled() && mask.tile_fully_visible(n_first + i, kBlockN))
       run_block(i, cute::false_type{});
     else
       run_block(i, cute::true_type{});

@@ -48,6 +48,7 @@ inline BackwardParams make_params(const detail::BackwardProblem& problem) {
   p.seqlen_k = problem.seqlen_k;
   p.scale = problem.scale;
   p.softcap = problem.softcap;
+  p.alibi = problem.alibi;
   p.window_left = problem.window_left;
   p.window_right = problem.window_right;
   p.dense_rows_q = std::int64_t(problem.batch) * problem.seqlen_q;

@@ -18,6 +18,7 @@ struct BackwardParams {
   float scale = 1.0f;
   float softcap = 0.0f;            // 0 = off
   int window_left = -1, window_right = -1;
+  detail::AlibiSlopes alibi;  // null data: no ALiBi (common/alibi.hpp)
 
   // Workspace. Per-row vectors are [heads_q][dense_rows_q]; row r of sequence b is
   // SequenceRows::dense_q + r (common/sequence_rows.cuh).

@@ -57,6 +57,8 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
     f.logit_scale = std::fabs(p.scale);
   }
   f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
+  f.alibi = p.alibi;  // validation keeps logit_scale > 0 with ALiBi
+  f.alibi_to_logit = kLog2e / f.scale_log2;
   f.pack = 1;
   f.num_splits = 1;
   return f;

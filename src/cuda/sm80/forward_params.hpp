@@ -31,6 +31,10 @@ struct ForwardParams {
   float logit_scale;
   float softcap_input;  // scale / softcap; 0 = no softcap
   bool negate_scores;   // softmax scale < 0 without softcap: logits are -q.k
+  // ALiBi (common/alibi.hpp), null data: off. The bias is added to the logits divided by
+  // logit_scale: alibi_to_logit = 1 / logit_scale.
+  detail::AlibiSlopes alibi;
+  float alibi_to_logit;
 
   // Query heads packed into the rows of one tile: 1, or `group` (then blockIdx.y is a KV head
   // and packed row r is query row r / pack of query head kv_head * group + r % pack).

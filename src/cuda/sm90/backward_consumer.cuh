@@ -2,7 +2,7 @@
 // The consumer warpgroups of the sm90 backward (backward_traits.cuh has the five GEMMs). Per
 // step (one query head's query block), warpgroup w, which owns 64 of the CTA's keys:
 //   1. S^T = K_w Q^T and dP^T = V_w dO^T, issued back to back;
-//   2. P^T = exp2(S^T * scale log2(e) - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
+//   2. P^T = exp2(S^T * scale log2(e) [+ ALiBi] - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
 //      masked where some (query, key) pair of the block is not visible;
 //   3. dS^T to shared memory; dV_w += P^T dO with P^T from registers;
 //   4. once both warpgroups have written dS: dQ[:, half w] = dS K[:, half w] and
@@ -14,6 +14,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_conversion.h>
 
+#include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_tile.cuh"
@@ -41,11 +42,14 @@ CUTE_DEVICE auto convert_fragment(Fragment const& f) {
 
 // The element-wise middle of a step, on a thread's share of S^T and dP^T (rows: keys, columns:
 // queries; row-column views), in two halves so that the first runs while dP^T is computed.
-// P^T = exp2(x * log2(e) - LSE * log2(e)) with x = S * scale, or softcap * tanh(S * scale / softcap);
+// P^T = exp2(x * log2(e) - LSE * log2(e)) with x = S * scale, or softcap * tanh(S * scale / softcap),
+// plus bias(r, c) in base 2 when it is enabled (ALiBi: cuda/common/alibi.cuh);
 // 0 where `visible(r, c)` says the pair is masked (kMasked: some pair of the step may be).
 // dtanh: softcap only, 1 - tanh^2 per element for the second half.
-template <bool kMasked, bool kSoftcap, class Traits, class S, class LseOf, class Visible, class Dtanh>
-CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf lse_of, Visible visible, Dtanh& dtanh) {
+template <bool kMasked, bool kSoftcap, class Traits, class S, class LseOf, class Visible, class Dtanh,
+          class Bias = NoScoreBias>
+CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf lse_of, Visible visible, Dtanh& dtanh,
+                                  Bias const& bias = {}) {
   using namespace cute;
   CUTE_UNROLL
   for (int c = 0; c < size<1>(s); ++c) {
@@ -53,12 +57,14 @@ CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf l
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
       float prob;
+      float offset = -lse;
+      if constexpr (Bias::kEnabled) offset += bias(r, c);
       if constexpr (kSoftcap) {
         const float t = backward_tanh(s(r, c) * p.softcap_inner);
-        prob = exp2f(fmaf(t, p.softcap_outer_log2, -lse));
+        prob = exp2f(fmaf(t, p.softcap_outer_log2, offset));
         dtanh(r, c) = 1.0f - t * t;
       } else {
-        prob = exp2f(fmaf(s(r, c), p.scale_log2, -lse));
+        prob = exp2f(fmaf(s(r, c), p.scale_log2, offset));
       }
       if constexpr (kMasked) {
         if (!visible(r, c)) prob = 0.0f;
@@ -154,7 +160,9 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
 
   // One step. kMasked: some (query, key) pair of the step is masked (by the window, or lying
-  // past the sequence's end).
+  // past the sequence's end). ALiBi (when given, every step takes the masked variant) is a
+  // uniform branch around the element-wise step inside the masked variant, so this lambda keeps
+  // two call sites (as in the sm80 backward, where a third one cost its inlining).
   auto run_step = [&](BackwardTile::Step step, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = state.index();
@@ -183,7 +191,17 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
       else return 0;
     }();
     warpgroup_wait<1>();  // S^T done; dP^T may still run
-    to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+    if (kMasked && p.alibi.enabled()) {
+      // -slope * |query + shift - key| in base 2, from tile-local (key, query).
+      constexpr float kLog2e = 1.4426950408889634f;
+      const float minus_slope_log2 = -kLog2e * p.alibi.slope(t.batch, step.head);
+      const int base = row0 + shift - key0;
+      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh, score_bias([&](int r, int c) {
+        return minus_slope_log2 * fabsf(float(get<1>(coords(r, c)) - get<0>(coords(r, c)) + base));
+      }));
+    } else {
+      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+    }
     warpgroup_wait<0>();
     to_score_gradients<kMasked, kSoftcap>(s, dp, delta_of, dtanh);
 
@@ -222,7 +240,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     const BackwardTile::Step step = t.step(i);
     const BlockMask mask = query_block_mask(t, p.window_left, p.window_right, step.m_block, kBlockM);
     const bool full_rows = (step.m_block + 1) * kBlockM <= t.seq.len_q;
-    if (full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
+    if (!p.alibi.enabled() && full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
       run_step(step, cute::false_type{});
     else
       run_step(step, cute::true_type{});

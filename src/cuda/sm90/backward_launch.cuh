@@ -152,6 +152,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.softcap = problem.softcap > 0.f;
   p.softcap_inner = p.softcap ? problem.scale / problem.softcap : 0.f;
   p.softcap_outer_log2 = problem.softcap * kLog2e;
+  p.alibi = problem.alibi;
   p.head_splits = rows.head_splits;
   p.dk_partial = rows.dk_partial;
   p.dv_partial = rows.dv_partial;
