@@ -2,10 +2,10 @@
 // Device side of the ALiBi score policy (common/alibi.hpp): the bias on a thread's share of a
 // score tile, for every kernel family. The hooks are one call each where the kernels turn raw
 // products into scores (sm80: forward_kernel.cuh, backward_scores.cuh; sm90:
-// forward_consumer.cuh, backward_consumer.cuh), each behind a uniform runtime branch taken
-// once per tile, outside the element loop (the backward's element loop is inlined twice in its
-// masked tile variant, which every ALiBi tile takes), so a tile without ALiBi runs no ALiBi
-// instruction and no kernel is instantiated twice for it.
+// forward_consumer.cuh, backward_consumer.cuh). The forwards take a uniform runtime branch once
+// per tile, outside the element loop; the backwards, whose registers are full, have ALiBi as a
+// template flag of their kernels (a second instance of each main kernel). A tile without ALiBi
+// runs no ALiBi instruction.
 //
 // ALiBi never masks: the tiles a kernel visits and which of them need element-wise masking are
 // the mask's business alone (mask_tiles.cuh), and masked scores stay -inf whatever is added.

@@ -15,7 +15,7 @@
 namespace flashattn::cuda::sm80 {
 
 // kSoftcap: as in the main kernel (backward_dkdv_kernel.cuh).
-template <class Traits, bool kSoftcap>
+template <class Traits, bool kSoftcap, bool kAlibi>  // kAlibi: as in backward_dkdv_kernel.cuh
 __global__ void __launch_bounds__(Traits::kThreads)
     backward_dq_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
   // One key block; kMasked: it needs element-wise masking (a branch per block, not predicates
   // per element: see the main kernel).
-  auto run_block = [&](int i, auto masked) {  // ALiBi: as in the main kernel
+  auto run_block = [&](int i, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = i & 1;
     const int key0 = (n_first + i) * kBlockN;
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    if (kMasked && p.alibi.enabled())
+    if constexpr (kAlibi)
       scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0,
                                              alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
     else
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     gemm_reg_smem(mma, acc_dq, make_tensor(ds.data(), accumulator_as_a_operand_layout(ds.layout())), tdQrKt, tdQsKt(_, _, _, stage), ldsm_bt);
   };
   for (int i = 0; i < n_count; ++i) {
-    if (!p.alibi.enabled() && mask.tile_fully_visible(n_first + i, kBlockN))
+    if (!kAlibi && mask.tile_fully_visible(n_first + i, kBlockN))
       run_block(i, cute::false_type{});
     else
       run_block(i, cute::true_type{});

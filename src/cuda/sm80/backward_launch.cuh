@@ -128,14 +128,21 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const dim3 q_rows_grid(ceil_div(problem.seqlen_q, Rows::kRowsPerBlock), problem.heads_q, batch);
   launch(backward_preprocess_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   const dim3 main_grid(n_blocks, problem.heads_kv * p.head_splits, batch);
+  // The kernels for (softcap, ALiBi): ALiBi kernels are separate instances (their registers stay
+  // out of the others'), which doubles this file's main-kernel instantiations.
+  const bool softcap = p.softcap > 0, alibi = p.alibi.enabled();
+  auto dkdv_kernel = [&](auto accumulate_dq) {
+    constexpr bool kAcc = decltype(accumulate_dq)::value;
+    if (alibi) return softcap ? backward_dkdv_kernel<Main, true, kAcc, true> : backward_dkdv_kernel<Main, false, kAcc, true>;
+    return softcap ? backward_dkdv_kernel<Main, true, kAcc, false> : backward_dkdv_kernel<Main, false, kAcc, false>;
+  };
   if (problem.deterministic)
-    launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, false> : backward_dkdv_kernel<Main, false, false>,
-           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
+    launch(dkdv_kernel(std::false_type{}), main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
   else
-    launch(p.softcap > 0 ? backward_dkdv_kernel<Main, true, true> : backward_dkdv_kernel<Main, false, true>,
-           main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
+    launch(dkdv_kernel(std::true_type{}), main_grid, Main::kThreads, Main::kSmemBytes, stream, p);
   if (problem.deterministic) {
-    launch(p.softcap > 0 ? backward_dq_kernel<DqOnly, true> : backward_dq_kernel<DqOnly, false>,
+    launch(alibi ? (softcap ? backward_dq_kernel<DqOnly, true, true> : backward_dq_kernel<DqOnly, false, true>)
+                 : (softcap ? backward_dq_kernel<DqOnly, true, false> : backward_dq_kernel<DqOnly, false, false>),
            dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch), DqOnly::kThreads,
            DqOnly::kSmemBytes, stream, p);
   } else {
