@@ -95,7 +95,10 @@ CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh 
 
 // One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
 // so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
-template <class Traits, bool kSoftcap>
+// kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every step taking the masked
+// variant. A template flag: as a runtime branch it raised the consumers' spills at d = 128 from
+// 92 to 288 bytes of reloads (164 to 892 with softcap; ptxas, 2026-11-26) on every path.
+template <class Traits, bool kSoftcap, bool kAlibi>
 CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                        BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
                                        typename Traits::PipelinedO& pipeline_do,
@@ -160,9 +163,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
 
   // One step. kMasked: some (query, key) pair of the step is masked (by the window, or lying
-  // past the sequence's end). ALiBi (when given, every step takes the masked variant) is a
-  // uniform branch around the element-wise step inside the masked variant, so this lambda keeps
-  // two call sites (as in the sm80 backward, where a third one cost its inlining).
+  // past the sequence's end).
   auto run_step = [&](BackwardTile::Step step, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = state.index();
@@ -191,7 +192,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
       else return 0;
     }();
     warpgroup_wait<1>();  // S^T done; dP^T may still run
-    if (kMasked && p.alibi.enabled()) {
+    if constexpr (kAlibi) {
       // -slope * |query + shift - key| in base 2, from tile-local (key, query).
       constexpr float kLog2e = 1.4426950408889634f;
       const float minus_slope_log2 = -kLog2e * p.alibi.slope(t.batch, step.head);
@@ -240,7 +241,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     const BackwardTile::Step step = t.step(i);
     const BlockMask mask = query_block_mask(t, p.window_left, p.window_right, step.m_block, kBlockM);
     const bool full_rows = (step.m_block + 1) * kBlockM <= t.seq.len_q;
-    if (!p.alibi.enabled() && full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
+    if (!kAlibi && full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
       run_step(step, cute::false_type{});
     else
       run_step(step, cute::true_type{});

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 
@@ -170,14 +171,18 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.tile_counter = tile_counter;
   const dim3 main_grid(unsigned(std::min<long long>(tiles, sm_count)));
   if (tiles > 0) {
-    if (p.softcap) {
-      constexpr auto kernel = &backward_kernel<Traits, true>;
+    // (softcap, ALiBi): four instances; ALiBi's keep its registers out of the others'.
+    auto run = [&](auto softcap, auto alibi) {
+      constexpr auto kernel = &backward_kernel<Traits, decltype(softcap)::value, decltype(alibi)::value>;
       allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
       kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+    };
+    if (p.alibi.enabled()) {
+      if (p.softcap) run(std::true_type{}, std::true_type{});
+      else run(std::false_type{}, std::true_type{});
     } else {
-      constexpr auto kernel = &backward_kernel<Traits, false>;
-      allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
-      kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+      if (p.softcap) run(std::true_type{}, std::false_type{});
+      else run(std::false_type{}, std::false_type{});
     }
     FA_CUDA_CHECK_LAUNCH();
   }
