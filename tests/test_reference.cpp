@@ -18,17 +18,22 @@ using host::HostTensor;
 using testing::Case;
 
 struct Tensors {
-  HostTensor q, k, v, out, lse, dout;
+  HostTensor q, k, v, out, lse, dout, slopes;
   explicit Tensors(const Case& c)
       : q(DType::f32, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}),
         k(DType::f32, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}),
         v(DType::f32, {c.batch, c.seqlen_k, c.heads_kv, c.head_dim}),
         out(DType::f32, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}),
         lse(DType::f32, {c.batch, c.heads_q, c.seqlen_q}),
-        dout(DType::f32, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}) {}
+        dout(DType::f32, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}),
+        slopes(c.alibi == testing::Alibi::batch_heads ? HostTensor(DType::f32, {c.batch, c.heads_q})
+                                                      : HostTensor(DType::f32, {c.heads_q})) {
+    for (std::int64_t i = 0; i < slopes.numel(); ++i) slopes.set(i, 0.25f + 0.5f * float(i));
+  }
 };
 
-void options(AttentionOptions& o, const Case& c) {
+void options(AttentionOptions& o, const Case& c, Tensors& t) {
+  if (c.alibi != testing::Alibi::none) o.alibi_slopes = t.slopes.view();
   o.causal = c.causal;
   o.window_left = c.window_left;
   o.window_right = c.window_right;
@@ -41,7 +46,7 @@ void options(AttentionOptions& o, const Case& c) {
 // loss = sum(out * dout), in double, from the reference forward.
 double loss(const Case& c, Tensors& t) {
   ForwardArgs a;
-  options(a, c);
+  options(a, c, t);
   a.q = t.q.view();
   a.k = t.k.view();
   a.v = t.v.view();
@@ -63,7 +68,7 @@ TEST_P(ReferenceGradients, MatchFiniteDifferences) {
   loss(c, t);
   HostTensor dq(DType::f32, t.q.shape()), dk(DType::f32, t.k.shape()), dv(DType::f32, t.v.shape());
   BackwardArgs b;
-  options(b, c);
+  options(b, c, t);
   b.q = t.q.view();
   b.k = t.k.view();
   b.v = t.v.view();
@@ -116,6 +121,43 @@ TEST(Reference, ZeroQueriesAverageTheValues) {
       EXPECT_NEAR(t.out.get(i * 2 + d), mean, 1e-6);
     }
     EXPECT_NEAR(t.lse.get(i), std::log(double(i + 3)), 1e-6);
+  }
+}
+
+TEST(Reference, AlibiIsFlashAttnsBias) {
+  // q = 0: the scores are the bias alone, so row i's weights are exp(-slope * |i + 3 - j|)
+  // normalized over its visible keys (seqlen_q = 3, seqlen_k = 6: shift 3), and its LSE is
+  // log(sum exp(bias)). Causal: the same bias on keys j <= i + 3 (flash-attn's causal kernels add
+  // slope * j instead, the same up to a constant per row; the reference takes the form above).
+  for (bool causal : {false, true}) {
+    Case c;
+    c.heads_q = c.heads_kv = 2;
+    c.seqlen_q = 3;
+    c.seqlen_k = 6;
+    c.head_dim = 2;
+    c.causal = causal;
+    c.alibi = testing::Alibi::heads;  // slopes 0.25 and 0.75 (Tensors)
+    Tensors t(c);
+    std::mt19937_64 rng(9);
+    t.k.fill_normal(rng);
+    t.v.fill_normal(rng);
+    for (std::int64_t i = 0; i < t.q.numel(); ++i) t.q.set(i, 0);
+    loss(c, t);
+    for (int h = 0; h < 2; ++h) {
+      const double slope = 0.25 + 0.5 * h;
+      for (int i = 0; i < 3; ++i) {
+        const int last = causal ? i + 3 : 5;
+        double sum = 0, out[2] = {0, 0};
+        for (int j = 0; j <= last; ++j) {
+          const double w = std::exp(-slope * std::abs(i + 3 - j));
+          sum += w;
+          for (int d = 0; d < 2; ++d) out[d] += w * t.v.get((j * 2 + h) * 2 + d);
+        }
+        for (int d = 0; d < 2; ++d)
+          EXPECT_NEAR(t.out.get((i * 2 + h) * 2 + d), out[d] / sum, 1e-6) << "causal " << causal;
+        EXPECT_NEAR(t.lse.get(h * 3 + i), std::log(sum), 1e-6) << "causal " << causal;
+      }
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "api/validate.hpp"
 #include "flashattn/attention.hpp"
 #include "flashattn/error.hpp"
 #include "host_tensor.hpp"
@@ -171,12 +172,74 @@ TEST(Validation, Options) {
   expect_forward_error([](auto& c) { c.args.softcap = -1; }, "softcap", ">= 0");
   expect_forward_error([](auto& c) { c.args.window_left = -2; }, "window_left", ">= -1");
   expect_forward_error([](auto& c) { c.args.window_right = -5; }, "window_right", ">= -1");
+}
+
+// flash-attn's window rules (flash_api.cpp): causal sets window_right to 0 whatever is given;
+// a window >= seqlen_k (max_seqlen_k under variable length) is unbounded.
+TEST(Validation, FlashAttnWindowRules) {
+  ForwardCall c;  // seqlen_q 5, seqlen_k 7
+  c.args.causal = true;
+  c.args.window_right = 3;
+  detail::ForwardProblem p = detail::make_forward_problem(c.args);
+  EXPECT_EQ(p.window_right, 0);
+  EXPECT_EQ(p.window_left, -1);
+  EXPECT_TRUE(p.causal);
+  c.args.window_left = 2;  // causal with a left window: local, right bound 0
+  p = detail::make_forward_problem(c.args);
+  EXPECT_EQ(p.window_left, 2);
+  EXPECT_EQ(p.window_right, 0);
+  EXPECT_FALSE(p.causal);
+  c.args.window_left = 7;  // >= seqlen_k: unbounded
+  p = detail::make_forward_problem(c.args);
+  EXPECT_EQ(p.window_left, -1);
+  EXPECT_TRUE(p.causal);
+  c.args.causal = false;
+  c.args.window_left = 6;  // < seqlen_k: kept
+  c.args.window_right = 7;  // >= seqlen_k: unbounded
+  p = detail::make_forward_problem(c.args);
+  EXPECT_EQ(p.window_left, 6);
+  EXPECT_EQ(p.window_right, -1);
+  // seqlen_q > seqlen_k: a right window of seqlen_k would cut the first rows, but flash-attn
+  // calls it unbounded, and so do we.
+  ForwardCall tall;
+  tall.args.q.shape[1] = tall.args.out.shape[1] = 3;  // seqlen_q 3 < 5 rows stored: still valid
+  tall.args.k.shape[1] = tall.args.v.shape[1] = 2;    // seqlen_k 2
+  tall.args.lse.shape[2] = 3;
+  tall.args.window_right = 2;
+  EXPECT_EQ(detail::make_forward_problem(tall.args).window_right, -1);
+  tall.args.window_right = 1;
+  EXPECT_EQ(detail::make_forward_problem(tall.args).window_right, 1);
+}
+
+// ALiBi slopes: float32, (heads_q,) or (batch, heads_q), last dimension contiguous, finite.
+TEST(Validation, AlibiSlopes) {
+  HostTensor heads(DType::f32, {4}), batch_heads(DType::f32, {2, 4});
+  for (HostTensor* t : {&heads, &batch_heads})
+    for (std::int64_t i = 0; i < t->numel(); ++i) t->set(i, 0.5f);
+  for (HostTensor* t : {&heads, &batch_heads}) {  // valid shapes run
+    ForwardCall c;
+    c.args.alibi_slopes = t->view();
+    EXPECT_NO_THROW(forward(c.args));
+  }
+  HostTensor f16(DType::f16, {4}), wrong(DType::f32, {3}), wrong_batch(DType::f32, {3, 4}),
+      rank3(DType::f32, {1, 2, 4}), strided(DType::f32, {2, 4}, {8, 2}, 16), nan(DType::f32, {2, 4});
+  for (std::int64_t i = 0; i < nan.numel(); ++i) nan.set(i, i == 5 ? std::nanf("") : 0.5f);
+  expect_forward_error([&](auto& c) { c.args.alibi_slopes = f16.view(); }, "alibi_slopes.dtype", "f32",
+                       ErrorKind::invalid_type);
+  expect_forward_error([&](auto& c) { c.args.alibi_slopes = wrong.view(); }, "alibi_slopes.shape",
+                       "(heads_q,) = [4]");
+  expect_forward_error([&](auto& c) { c.args.alibi_slopes = wrong_batch.view(); }, "alibi_slopes.shape",
+                       "(batch, heads_q) = [2, 4]");
+  expect_forward_error([&](auto& c) { c.args.alibi_slopes = rank3.view(); }, "alibi_slopes", "(heads_q,)");
+  expect_forward_error([&](auto& c) { c.args.alibi_slopes = strided.view(); }, "alibi_slopes.stride[1]",
+                       "contiguous");
+  expect_forward_error([&](auto& c) { c.args.alibi_slopes = nan.view(); }, "alibi_slopes[1, 1]", "finite");
   expect_forward_error(
-      [](auto& c) {
-        c.args.causal = true;
-        c.args.window_right = 3;
+      [&](auto& c) {
+        c.args.alibi_slopes = heads.view();
+        c.args.softmax_scale = 0.0f;
       },
-      "window_right", "with causal");
+      "softmax_scale", "non-zero");
 }
 
 // Variable length: offsets and maxima.

@@ -1,7 +1,7 @@
 // The `flashattn` command line: run one workload, sweep a benchmark, print build info.
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
-//                 [--causal] [--window L,R] [--softcap C] [--dropout P] [--dtype f16|bf16|f32]
+//                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P] [--dtype f16|bf16|f32]
 //                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
 //                 [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
@@ -117,11 +117,11 @@ int run_kv_cache(const Args& args, const Shape& s, std::uint64_t seed) {
 }
 
 int run_command(int argc, char** argv) {
-  const std::vector<std::string> flags = {"causal", "backward", "kv-cache"};
+  const std::vector<std::string> flags = {"causal", "backward", "kv-cache", "alibi"};
   Args args(argc, argv, 2, flags);
   args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
-                       "dropout", "dtype", "backend", "backward", "check-rows", "seed", "kv-cache", "page-size",
-                       "append", "rotary-dim"});
+                       "alibi", "dropout", "dtype", "backend", "backward", "check-rows", "seed", "kv-cache",
+                       "page-size", "append", "rotary-dim"});
   if (!args.has("kv-cache") && (args.has("page-size") || args.has("append") || args.has("rotary-dim")))
     throw std::invalid_argument("--page-size, --append and --rotary-dim need --kv-cache");
   Shape s;
@@ -141,6 +141,7 @@ int run_command(int argc, char** argv) {
   }
   s.softcap = std::stof(args.get("softcap", "0"));
   s.dropout = std::stof(args.get("dropout", "0"));
+  s.alibi = args.has("alibi");
   s.device = parse_backend(args.get("backend", "auto"));
   s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
   const bool with_backward = args.has("backward");
@@ -327,7 +328,7 @@ int info_command() {
 void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
-               "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--dropout P]\n"
+               "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P]\n"
                "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
                "                       [--check-rows R] [--seed S]\n"
                "                       [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]\n"
@@ -344,7 +345,9 @@ void usage() {
                "paged with --page-size P (a multiple of 16 from 16 to 512; pages scattered over a pool), --seqlen\n"
                "queries per sequence, the cache's last --append N rows written by the call (rotated with\n"
                "--rotary-dim R). Prints time and K/V read bandwidth; checks every row against the float64\n"
-               "reference (--check-rows 0 skips it: long caches take a while).\n");
+               "reference (--check-rows 0 skips it: long caches take a while).\n"
+               "run --alibi adds ALiBi with the standard geometric slopes 2^(-8k/H), k = 1..H. --window L,R follows\n"
+               "flash-attn: -1 or a size >= the key length is unbounded; with --causal, R is 0 whatever is given.\n");
 }
 
 }  // namespace

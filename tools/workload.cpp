@@ -25,34 +25,36 @@ std::string Shape::describe() const {
   if (window_left >= 0 || window_right >= 0) s << " window=" << window_left << "," << window_right;
   if (softcap > 0) s << " softcap=" << softcap;
   if (dropout > 0) s << " dropout=" << dropout;
+  if (alibi) s << " alibi";
   return s.str();
 }
 
 double forward_flops(const Shape& s) {
   // Visible (query, key) pairs summed over rows, from the same mask rule as the kernels.
-  const int right = s.causal ? 0 : s.window_right;
+  const detail::Window w = detail::normalized_window(s.causal, s.window_left, s.window_right, s.seqlen, s.keys());
   double pairs = 0;
   for (int i = 0; i < s.seqlen; ++i) {
-    const auto r = detail::visible_keys(i, s.seqlen, s.keys(), s.window_left, right);
+    const auto r = detail::visible_keys(i, s.seqlen, s.keys(), w.left, w.right);
     pairs += std::max(0, r.end - r.begin);
   }
   // The papers count causal square attention as exactly half of the full matrix.
-  if (s.causal && s.window_left < 0 && s.seqlen == s.keys()) pairs = 0.5 * double(s.seqlen) * s.keys();
+  if (s.causal && w.left < 0 && s.seqlen == s.keys()) pairs = 0.5 * double(s.seqlen) * s.keys();
   return 4.0 * s.batch * s.heads * pairs * s.head_dim;
 }
 
 struct Workload::State {
   Shape shape;
-  HostTensor q, k, v, dout, out, lse, dq, dk, dv;
+  HostTensor q, k, v, dout, out, lse, dq, dk, dv, slopes;
   std::vector<DeviceBuffer> device;  // CUDA copies, in the order of tensors()
   std::uint64_t seed;
 
-  std::vector<HostTensor*> tensors() { return {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv}; }
+  std::vector<HostTensor*> tensors() { return {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv, &slopes}; }
   TensorView view(int i) {
     HostTensor* t = tensors()[i];
     return shape.device == DeviceKind::cuda ? t->view(DeviceKind::cuda, device[i].data()) : t->view();
   }
-  void options(AttentionOptions& o) const {
+  void options(AttentionOptions& o) {
+    if (shape.alibi) o.alibi_slopes = view(9);
     o.causal = shape.causal;
     o.window_left = shape.window_left;
     o.window_right = shape.window_right;
@@ -77,6 +79,8 @@ Workload::Workload(const Shape& s, std::uint64_t seed) : state_(std::make_unique
   st.dq = HostTensor(s.dtype, {b, n, h, d});
   st.dk = HostTensor(s.dtype, {b, nk, hk, d});
   st.dv = HostTensor(s.dtype, {b, nk, hk, d});
+  st.slopes = HostTensor(DType::f32, {h});
+  for (std::int64_t i = 0; i < h; ++i) st.slopes.set(i, float(std::exp2(-8.0 * double(i + 1) / double(h))));
   std::uint64_t stream = seed * 4;
   for (HostTensor* t : {&st.q, &st.k, &st.v, &st.dout}) t->fill_normal_parallel(stream++);
   for (HostTensor* t : {&st.out, &st.lse, &st.dq, &st.dk, &st.dv}) t->poison();
@@ -145,11 +149,11 @@ RowCheck Workload::check_forward_rows(int rows) {
   std::mt19937_64 rng(st.seed ^ 0x9e3779b97f4a7c15ull);
   RowCheck result;
   result.tolerance = s.dtype == DType::f32 ? 1e-4 : s.dtype == DType::f16 ? 5e-3 : 2e-2;
-  const int right = s.causal ? 0 : s.window_right;
+  const detail::Window w = detail::normalized_window(s.causal, s.window_left, s.window_right, s.seqlen, s.keys());
   for (int r = 0; r < rows && s.seqlen > 0 && s.batch > 0; ++r) {
     const int b = int(rng() % s.batch), h = int(rng() % s.heads), i = int(rng() % s.seqlen);
     const int hkv = h / (s.heads / s.kv_heads());
-    const auto range = detail::visible_keys(i, s.seqlen, s.keys(), s.window_left, right);
+    const auto range = detail::visible_keys(i, s.seqlen, s.keys(), w.left, w.right);
     const std::int64_t row = ((std::int64_t(b) * s.seqlen + i) * s.heads + h) * d;
     std::vector<float> expected(d, 0.0f);
     if (range.end > range.begin && s.dropout > 0) {
@@ -181,16 +185,25 @@ RowCheck Workload::check_forward_rows(int rows) {
       const std::int64_t k_offset = ((std::int64_t(b) * s.keys() + range.begin) * hk + hkv) * d;
       std::vector<float> q1 = gather(st.q, row, 1, d, d), k1 = gather(st.k, k_offset, keys, hk * d, d),
                          v1 = gather(st.v, k_offset, keys, hk * d, d);
-      HostTensor out1(DType::f32, {1, 1, 1, d});
+      // ALiBi measures distance from the row's diagonal, i + nk - n; in the one-query problem
+      // over keys [begin, end) it would lie at end - 1. With `pad` zero query rows after the
+      // real one (row 0 of 1 + pad), the problem's diagonal for row 0 is keys - 1 - pad, which
+      // is the row's own for pad = end - 1 - (i + nk - n) >= 0 (0 when causal).
+      const std::int64_t pad = s.alibi ? range.end - 1 - (i + s.keys() - s.seqlen) : 0;
+      q1.resize(std::size_t((1 + pad) * d), 0.0f);
+      std::vector<float> slope1 = {s.alibi ? float(st.slopes.get(h)) : 0.0f};
+      HostTensor out1(DType::f32, {1, 1 + pad, 1, d});
       ForwardArgs a;
       a.softcap = s.softcap;
       a.softmax_scale = 1.0f / std::sqrt(float(d));
-      a.q = TensorView::contiguous(q1.data(), DType::f32, {1, 1, 1, d});
+      a.q = TensorView::contiguous(q1.data(), DType::f32, {1, 1 + pad, 1, d});
       a.k = TensorView::contiguous(k1.data(), DType::f32, {1, keys, 1, d});
       a.v = TensorView::contiguous(v1.data(), DType::f32, {1, keys, 1, d});
       a.out = out1.view();
+      if (s.alibi) a.alibi_slopes = TensorView::contiguous(slope1.data(), DType::f32, {1});
       reference::forward(a);
       expected = out1.to_floats();
+      expected.resize(std::size_t(d));  // row 0
     }
     double num = 0, den = 0;
     for (std::int64_t e = 0; e < d; ++e) {

@@ -16,6 +16,7 @@ struct Shape {
   int window_left = -1, window_right = -1;
   float softcap = 0;
   float dropout = 0;  // dropout_p; the stream's seed is the workload's seed, its offset 0
+  bool alibi = false;  // ALiBi with the standard geometric slopes 2^(-8k/heads), k = 1..heads
   DType dtype = DType::bf16;
   DeviceKind device = DeviceKind::cpu;
 

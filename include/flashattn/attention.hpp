@@ -30,11 +30,19 @@ struct AttentionOptions {
   bool causal = false;
   // Sliding window, same alignment: query i sees keys in
   // [i + seqlen_k - seqlen_q - window_left, i + seqlen_k - seqlen_q + window_right];
-  // -1 leaves a side unbounded. Causal is window_right = 0.
+  // -1 leaves a side unbounded, and so does a size >= seqlen_k (flash-attn's rule; under
+  // variable length, max_seqlen_k). causal sets window_right = 0 whatever is given, as
+  // flash-attn does; window_left still applies.
   int window_left = -1;
   int window_right = -1;
   // Soft-capping: scores become softcap * tanh(scale * q.k / softcap). 0 = off.
   float softcap = 0.0f;
+  // ALiBi (optional): float32 slopes of shape (heads_q,) or (batch, heads_q), last dimension
+  // contiguous, on q's device. The score of query i and key j (after scale and softcap) gains
+  //   -slope[b, h] * |i + seqlen_k - seqlen_q - j|
+  // with the sequence's own lengths under variable length, as flash-attn does. It never masks.
+  // Not differentiated: the backward gives no gradient for the slopes.
+  TensorView alibi_slopes;
   // Variable length: both present or both absent. int32, batch + 1 entries, same device as q.
   // On the CPU their contents are checked; device-resident offsets are trusted.
   TensorView cu_seqlens_q;

@@ -1,6 +1,7 @@
 #pragma once
 // A float64 reference of the same function, in plain loops: slow, for checking. It takes the
-// same arguments (CPU tensors of any supported dtype) and computes in double precision.
+// same arguments (CPU tensors of any supported dtype; ALiBi slopes included) and computes in
+// double precision.
 #include <vector>
 
 #include "flashattn/attention.hpp"

@@ -17,8 +17,19 @@ def visible(seqlen_q, seqlen_k, causal=False, window_size=(-1, -1)):
     return mask
 
 
-def attention(q, k, v, dout=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
+def alibi_bias(slopes, b, h, seqlen_q, seqlen_k):
+    """ALiBi as flash-attn defines it: -slope * |i + seqlen_k - seqlen_q - j| (slopes (hq,) or (b, hq))."""
+    slopes = np.asarray(slopes, dtype=np.float64)
+    slope = slopes[h] if slopes.ndim == 1 else slopes[b, h]
+    i = np.arange(seqlen_q)[:, None] + (seqlen_k - seqlen_q)
+    j = np.arange(seqlen_k)[None, :]
+    return -slope * np.abs(i - j)
+
+
+def attention(q, k, v, dout=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+              alibi_slopes=None):
     """Fixed length: q (b, sq, hq, d), k and v (b, sk, hk, d), any float dtype (computed in float64).
+    alibi_slopes: None, (hq,) or (b, hq): the ALiBi bias is added after softcap.
 
     Returns (out, lse) and, with dout, (out, lse, dq, dk, dv). A row that sees no key has out 0
     and lse -inf.
@@ -41,7 +52,10 @@ def attention(q, k, v, dout=None, softmax_scale=None, causal=False, window_size=
             qh, kh, vh = q[bi, :, h], k[bi, :, hk_], v[bi, :, hk_]
             raw = scale * (qh @ kh.T)
             t = np.tanh(raw / softcap) if softcap > 0 else None
-            s = np.where(mask, softcap * t if softcap > 0 else raw, -np.inf)
+            x = softcap * t if softcap > 0 else raw
+            if alibi_slopes is not None:
+                x = x + alibi_bias(alibi_slopes, bi, h, sq, sk)
+            s = np.where(mask, x, -np.inf)
             m = np.where(seen, s.max(axis=1, initial=-np.inf), 0.0)
             e = np.where(mask, np.exp(s - m[:, None]), 0.0)
             total = e.sum(axis=1)
@@ -64,8 +78,9 @@ def attention(q, k, v, dout=None, softmax_scale=None, causal=False, window_size=
     return (out, lse) + grads
 
 
-def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dout=None, **options):
-    """Packed: q (total_q, hq, d), k and v (total_k, hk, d); lse (hq, total_q). Runs each sequence."""
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dout=None, alibi_slopes=None, **options):
+    """Packed: q (total_q, hq, d), k and v (total_k, hk, d); lse (hq, total_q). Runs each sequence
+    (ALiBi with each sequence's own lengths; slopes (hq,) or (batch, hq))."""
     out = np.zeros(q.shape)
     lse = np.full((q.shape[1], q.shape[0]), -np.inf)
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
@@ -73,6 +88,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dout=None, **options):
         rq = slice(cu_seqlens_q[b], cu_seqlens_q[b + 1])
         rk = slice(cu_seqlens_k[b], cu_seqlens_k[b + 1])
         args = (q[None, rq], k[None, rk], v[None, rk])
+        if alibi_slopes is not None:
+            slopes = np.asarray(alibi_slopes)
+            options["alibi_slopes"] = slopes if slopes.ndim == 1 else slopes[b : b + 1]
         results = attention(*args, dout=None if dout is None else dout[None, rq], **options)
         out[rq], lse[:, rq] = results[0][0], results[1][0]
         if dout is not None:

@@ -32,6 +32,12 @@ CASES = [
     (2, 20, 31, 6, 2, 24, {"window_size": (5, 3)}),
     (1, 12, 12, 2, 2, 64, {"softcap": 3.0, "softmax_scale": 0.3}),
     (1, 16, 10, 3, 1, 40, {"causal": True, "window_size": (2, -1), "softcap": 8.0}),
+    # flash-attn's rule: causal sets the right window to 0 whatever is given
+    (1, 20, 25, 2, 2, 16, {"causal": True, "window_size": (6, 9)}),
+    # ALiBi: slopes per head or per (batch, head), causal or not, with a window and a softcap
+    (2, 17, 30, 4, 2, 32, {"alibi_slopes": np.array([0.5, 0.25, 0.125, 0.0625], np.float32)}),
+    (2, 30, 17, 4, 4, 32, {"alibi_slopes": np.linspace(0.05, 0.8, 8, dtype=np.float32).reshape(2, 4), "causal": True}),
+    (1, 24, 24, 2, 1, 16, {"alibi_slopes": np.array([0.3, 0.7], np.float32), "window_size": (5, 3), "softcap": 4.0}),
 ]
 
 
@@ -68,6 +74,29 @@ def test_varlen_matches_reference():
     dout = randn(rng, q.shape, np.float32)
     options = dict(causal=True, window_size=(4, -1))
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = attention_varlen(q, k, v, cu_q, cu_k, dout=dout, **options)
+    _check_varlen(q, k, v, dout, cu_q, cu_k, lengths_q, lengths_k, options, ref_out, ref_lse, ref_dq, ref_dk, ref_dv)
+
+
+@pytest.mark.parametrize("slopes_shape", ["heads", "batch_heads"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_alibi_matches_reference(slopes_shape, causal):
+    """ALiBi measures distance with each sequence's own lengths."""
+    rng = np.random.default_rng(8)
+    lengths_q, lengths_k = [3, 0, 7, 9, 5], [5, 2, 7, 4, 9]
+    cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
+    hq, hk, d = 4, 2, 32
+    q = randn(rng, (cu_q[-1], hq, d), np.float32)
+    k, v = randn(rng, (cu_k[-1], hk, d), np.float32), randn(rng, (cu_k[-1], hk, d), np.float32)
+    dout = randn(rng, q.shape, np.float32)
+    shape = (hq,) if slopes_shape == "heads" else (len(lengths_q), hq)
+    options = dict(causal=causal, alibi_slopes=rng.uniform(0.1, 1.0, shape).astype(np.float32))
+    ref_out, ref_lse, ref_dq, ref_dk, ref_dv = attention_varlen(q, k, v, cu_q, cu_k, dout=dout, **options)
+    _check_varlen(q, k, v, dout, cu_q, cu_k, lengths_q, lengths_k, options, ref_out, ref_lse, ref_dq, ref_dk, ref_dv)
+
+
+def _check_varlen(q, k, v, dout, cu_q, cu_k, lengths_q, lengths_k, options, ref_out, ref_lse, ref_dq, ref_dk, ref_dv):
+    hq = q.shape[1]
 
     varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lengths_q), max_seqlen_k=max(lengths_k))
     out, lse = poisoned(q.shape, np.float32), poisoned((hq, q.shape[0]), np.float32)
@@ -185,7 +214,10 @@ ERRORS = [
     (lambda a: a.update(lse=a["lse"].astype(np.float16)), TypeError, "lse.dtype: expected f32"),
     (lambda a: a.update(q=a["q"].tolist()), TypeError, "q: expected a tensor"),
     (lambda a: a.update(softcap=-1.0), ValueError, "softcap"),
-    (lambda a: a.update(causal=True, window_size=(-1, 2)), ValueError, "window_right"),
+    (lambda a: a.update(window_size=(-2, 2)), ValueError, "window_left"),
+    (lambda a: a.update(alibi_slopes=np.ones(3, np.float32)), ValueError, "alibi_slopes.shape"),
+    (lambda a: a.update(alibi_slopes=np.ones(4, np.float16)), TypeError, "alibi_slopes"),
+    (lambda a: a.update(alibi_slopes=np.ones((2, 4, 1), np.float32)), ValueError, "alibi_slopes"),
     (lambda a: a.update(q=np.zeros((2, 5, 4, 1032), np.float32)), NotImplementedError, "head_dim"),
 ]
 

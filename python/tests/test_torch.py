@@ -10,6 +10,7 @@ from flashattn.torch import (  # noqa: E402
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
     flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
 from torch_reference import attention, rel_err  # noqa: E402
@@ -80,6 +81,9 @@ CASES = [
     (1, 40, 9, 2, 2, {"causal": True}),  # the first rows see no key
     (2, 70, 70, 4, 1, {"window_size": (16, 8)}),
     (1, 33, 33, 2, 2, {"softcap": 20.0, "softmax_scale": 0.05, "causal": True}),
+    (2, 37, 100, 4, 2, {"alibi_slopes": torch.tensor([0.5, 0.25, 0.125, 0.0625])}),
+    (2, 60, 30, 4, 4, {"causal": True, "alibi_slopes": torch.linspace(0.05, 0.6, 8).reshape(2, 4)}),
+    (1, 70, 70, 2, 1, {"window_size": (16, 8), "alibi_slopes": torch.tensor([0.3, 0.9]), "softcap": 10.0}),
 ]
 
 
@@ -88,6 +92,7 @@ CASES = [
 def test_flash_attn_func(config, case):
     device, dtype, d = config
     b, sq, sk, hq, hk, options = case
+    options = {n: x.to(device) if isinstance(x, torch.Tensor) else x for n, x in options.items()}
     require_kernels(device, dtype, d)
     seed = sum(case[:5]) + d
     q, k, v = make((b, sq, hq, d), device, dtype, seed), make((b, sk, hk, d), device, dtype, seed + 1), make(
@@ -206,14 +211,117 @@ def test_gradient_is_once_differentiable():
 
 def test_unimplemented_features_raise_not_implemented():
     q = make((1, 8, 2, 32), "cpu", torch.float32, 50)
-    with pytest.raises(NotImplementedError, match="alibi_slopes"):
-        flash_attn_func(q, q, q, alibi_slopes=torch.ones(2))
     cu = torch.tensor([0, 8], dtype=torch.int32)
     # Paged K/V is built (test_kvcache.py); packed (not paged) K with a block_table is an error.
     with pytest.raises(ValueError, match="block_table"):
         flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 8, 8, block_table=torch.zeros(1, 1, dtype=torch.int32))
     with pytest.raises(ValueError, match="dropout_p"):
         flash_attn_func(q, q, q, dropout_p=1.5)
+
+
+@pytest.mark.parametrize(
+    "options,error,message",
+    [
+        ({"alibi_slopes": torch.ones(3)}, ValueError, r"alibi_slopes.shape: expected \(heads_q,\)"),
+        ({"alibi_slopes": torch.ones(2, 2)}, ValueError, r"alibi_slopes.shape: expected \(batch, heads_q\)"),
+        ({"alibi_slopes": torch.ones(2, dtype=torch.float64)}, TypeError, "alibi_slopes.dtype"),
+        ({"alibi_slopes": [0.5, 0.5]}, TypeError, "alibi_slopes: expected a torch.Tensor"),
+        ({"alibi_slopes": torch.tensor([0.5, float("nan")])}, ValueError, "finite"),
+        ({"window_size": (1, 2, 3)}, ValueError, "window_size"),
+        ({"window_size": (1.5, 2)}, TypeError, r"window_size\[0\]"),
+        ({"window_size": (torch.tensor(1.0), 2)}, TypeError, r"window_size\[0\]"),
+    ],
+    ids=["alibi-heads", "alibi-batch", "alibi-dtype", "alibi-list", "alibi-nan", "window-len", "window-float",
+         "window-float-tensor"],
+)
+def test_bad_options_raise(options, error, message):
+    q = make((1, 8, 2, 32), "cpu", torch.float32, 52)
+    with pytest.raises(error, match=message):
+        flash_attn_func(q, q, q, **options)
+
+
+@pytest.mark.parametrize("config", CONFIGS[:1] + CONFIGS[2:3], ids=(CONFIG_IDS[:1] + CONFIG_IDS[2:3]))
+def test_flash_attn_window_rules(config):
+    """flash-attn's window arguments: causal sets the right size to 0 whatever is given; a size that
+    is negative or >= seqlen_k is unbounded; sizes may be 0-d tensors (its tests pass
+    torch.randint(0, seqlen, (2,)), unpacked)."""
+    device, dtype, d = config
+    require_kernels(device, dtype, d)
+    q = make((2, 40, 4, d), device, dtype, 53)
+    k, v = make((2, 25, 2, d), device, dtype, 54), make((2, 25, 2, d), device, dtype, 55)
+    same = dict(rtol=0, atol=0)
+    causal_left = flash_attn_func(q, k, v, causal=True, window_size=(7, 0))
+    torch.testing.assert_close(flash_attn_func(q, k, v, causal=True, window_size=(7, 11)), causal_left, **same)
+    torch.testing.assert_close(flash_attn_func(q, k, v, causal=True, window_size=(7, -1)), causal_left, **same)
+    window = torch.tensor([7, 11])
+    torch.testing.assert_close(flash_attn_func(q, k, v, causal=True, window_size=window), causal_left, **same)
+    left, right = torch.tensor(7), torch.tensor(3)
+    torch.testing.assert_close(
+        flash_attn_func(q, k, v, window_size=(left, right)), flash_attn_func(q, k, v, window_size=(7, 3)), **same
+    )
+    full = flash_attn_func(q, k, v)
+    # seqlen_q 40 > seqlen_k 25: a right size of 25 would cut the first rows, but flash-attn
+    # calls every size >= seqlen_k unbounded.
+    for w in [(-1, 25), (25, 30), (-5, -2), (2**40, 2**40)]:
+        torch.testing.assert_close(flash_attn_func(q, k, v, window_size=w), full, **same)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_alibi_against_pytorch(config, causal):
+    """ALiBi with variable length: each sequence's own lengths; slopes (batch, heads)."""
+    device, dtype, d = config
+    require_kernels(device, dtype, d)
+    lengths_q, lengths_k = [5, 0, 33, 20, 17], [9, 3, 33, 7, 40]
+    offsets_q = [sum(lengths_q[:i]) for i in range(len(lengths_q) + 1)]
+    offsets_k = [sum(lengths_k[:i]) for i in range(len(lengths_k) + 1)]
+    cu_q = torch.tensor(offsets_q, dtype=torch.int32, device=device)
+    cu_k = torch.tensor(offsets_k, dtype=torch.int32, device=device)
+    hq, hk = 4, 2
+    slopes = torch.rand(len(lengths_q), hq, generator=torch.Generator().manual_seed(5)).to(device)
+    q = make((sum(lengths_q), hq, d), device, dtype, 15).requires_grad_()
+    k, v = (make((sum(lengths_k), hk, d), device, dtype, 16 + i).requires_grad_() for i in range(2))
+    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
+                                 alibi_slopes=slopes)  # fmt: skip
+    dout = make(out.shape, device, dtype, 18)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    outs = []
+    for b in range(len(lengths_q)):
+        rq, rk = slice(offsets_q[b], offsets_q[b + 1]), slice(offsets_k[b], offsets_k[b + 1])
+        o, _ = attention(ref_in[0][None, rq], ref_in[1][None, rk], ref_in[2][None, rk], causal=causal,
+                         alibi_slopes=slopes[b : b + 1])  # fmt: skip
+        outs.append(o[0])
+    ref_out = torch.cat(outs)
+    ref_grads = torch.autograd.grad(ref_out, ref_in, dout.double())
+    assert rel_err(out, ref_out) < {torch.float32: 1e-5}.get(dtype, 1e-2)
+    for g, r in zip(grads, ref_grads):
+        assert rel_err(g, r) < {torch.float32: 1e-5}.get(dtype, 2e-2)
+    assert slopes.grad is None
+
+
+@pytest.mark.parametrize("config", CONFIGS[:1] + CONFIGS[2:3], ids=(CONFIG_IDS[:1] + CONFIG_IDS[2:3]))
+def test_alibi_in_every_function(config):
+    """The packed variants pass alibi_slopes through (and the slopes get no gradient)."""
+    device, dtype, d = config
+    require_kernels(device, dtype, d)
+    qkv = make((2, 19, 3, 4, d), device, dtype, 22)
+    q, k, v = qkv.unbind(2)
+    slopes = torch.tensor([0.1, 0.2, 0.4, 0.8], device=device, requires_grad=True)
+    expected = flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
+    assert not torch.equal(expected, flash_attn_func(q, k, v, causal=True)), "the slopes change the result"
+    torch.testing.assert_close(flash_attn_qkvpacked_func(qkv, causal=True, alibi_slopes=slopes), expected)
+    torch.testing.assert_close(flash_attn_kvpacked_func(q, qkv[:, :, 1:], causal=True, alibi_slopes=slopes), expected)
+    packed = qkv.flatten(0, 1)
+    cu = torch.tensor([0, 19, 38], dtype=torch.int32, device=device)
+    out = flash_attn_varlen_qkvpacked_func(packed, cu, 19, causal=True, alibi_slopes=slopes)
+    torch.testing.assert_close(out, expected.flatten(0, 1))
+    kv = packed[:, 1:]
+    out = flash_attn_varlen_kvpacked_func(packed[:, 0], kv, cu, cu, 19, 19, causal=True, alibi_slopes=slopes)
+    torch.testing.assert_close(out, expected.flatten(0, 1))
+    qkv.requires_grad_()
+    flash_attn_qkvpacked_func(qkv, causal=True, alibi_slopes=slopes).sum().backward()
+    assert qkv.grad is not None and slopes.grad is None
 
 
 @pytest.mark.parametrize(
@@ -239,11 +347,12 @@ def test_opcheck():
     """torch.library's own checks of the custom ops: schema, fake tensors, autograd, AOT dispatch."""
     ops = torch.ops.flashattn
     q, k, v = (make((2, 9, 4, 16), "cpu", torch.float32, 60 + i).requires_grad_() for i in range(3))
-    args = (q, k, v, None, None, None, 0, 0, 0.0, None, True, -1, 0, 0.0, False)
-    torch.library.opcheck(ops.forward.default, args)
-    out, lse = ops.forward(*args)
-    tensors = (torch.randn_like(out), q, k, v, out, lse)  # the backward op has no gradient itself
-    torch.library.opcheck(ops.backward.default, tuple(t.detach() for t in tensors) + args[3:])
+    for slopes in (None, torch.tensor([0.5, 0.25, 0.125, 0.0625])):
+        args = (q, k, v, None, None, None, slopes, 0, 0, 0.0, None, True, -1, 0, 0.0, False)
+        torch.library.opcheck(ops.forward.default, args)
+        out, lse = ops.forward(*args)
+        tensors = (torch.randn_like(out), q, k, v, out, lse)  # the backward op has no gradient itself
+        torch.library.opcheck(ops.backward.default, tuple(t.detach() for t in tensors) + args[3:])
 
 
 # ---- CUDA specifics --------------------------------------------------------------------------

@@ -88,6 +88,25 @@ def test_dynamic_shapes_compile_once():
     assert counter.frame_count == 1
 
 
+def test_compiled_alibi():
+    """alibi_slopes is a tensor input of the custom ops: no graph break, no gradient."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+
+    def attend(q, k, v):
+        return flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes) * 2
+
+    q, k, v = (torch.randn(2, 29, 4, 32, requires_grad=True) for _ in range(3))
+    out = torch.compile(attend, backend=counter, fullgraph=True)(q, k, v)
+    want = attend(q, k, v)
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    for g, w in zip(grads, torch.autograd.grad(want.sum(), (q, k, v))):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    assert counter.frame_count == 1
+
+
 def test_compiled_varlen():
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")

@@ -22,8 +22,18 @@ def visible(seqlen_q, seqlen_k, causal=False, window_size=(-1, -1), device="cpu"
     return mask
 
 
-def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
+def alibi_bias(slopes, batch, seqlen_q, seqlen_k, device):
+    """(b or 1, hq, sq, sk) float32: -slope * |i + seqlen_k - seqlen_q - j| (flash-attn's ALiBi)."""
+    slopes = slopes.to(device=device, dtype=torch.float64)
+    slopes = slopes[None] if slopes.dim() == 1 else slopes
+    i = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    return -slopes[:, :, None, None] * (i - j).abs().double()
+
+
+def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """q (b, sq, hq, d), k and v (b, sk, hk, d), computed in their dtype; returns (out, lse).
+    alibi_slopes: (hq,) or (b, hq); the bias is added after softcap.
 
     Differentiable: gradients come from autograd.
     """
@@ -38,10 +48,12 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     raw = (qt @ kt.transpose(-1, -2)) * scale
     if softcap > 0:
         raw = softcap * torch.tanh(raw / softcap)
+    if alibi_slopes is not None:
+        raw = raw + alibi_bias(alibi_slopes, b, sq, sk, q.device).to(raw.dtype)
     raw = raw.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(raw.to(torch.promote_types(raw.dtype, torch.float32)), dim=-1)
     seen = mask.any(dim=1)
-    if softcap == 0 and bool(seen.all()):
+    if softcap == 0 and alibi_slopes is None and bool(seen.all()):
         out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale)
     else:  # rows that see no key: 0, with no NaN in the gradient
         p = torch.softmax(raw.masked_fill(~seen[:, None], 0.0), dim=-1) * seen[:, None]

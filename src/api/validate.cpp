@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/kv_cache.hpp"
+#include "common/mask.hpp"
 #include "flashattn/error.hpp"
 
 namespace flashattn::detail {
@@ -118,6 +119,32 @@ struct Layout {
   std::int64_t total_q = 0, total_k = 0;  // varlen only
 };
 
+// ALiBi slopes: float32 (heads_q,) or (batch, heads_q), last dimension contiguous, on q's device.
+void check_alibi(const AttentionOptions& o, const Layout& L, const TensorView& q) {
+  const TensorView& a = o.alibi_slopes;
+  if (!a.present()) return;
+  if (a.rank != 1 && a.rank != 2)
+    fail("alibi_slopes", "1 dimension (heads_q,) or 2 (batch, heads_q)",
+         std::to_string(a.rank) + " (shape " + shape_string(a) + ")");
+  check_tensor("alibi_slopes", a, a.rank, Access::elements);
+  check_dtype("alibi_slopes", a, DType::f32);
+  check_same_placement("alibi_slopes", a, q);
+  if (a.rank == 1) check_shape("alibi_slopes", a, {L.heads_q}, "(heads_q,) =");
+  else check_shape("alibi_slopes", a, {L.batch, L.heads_q}, "(batch, heads_q) =");
+  if (o.softmax_scale && *o.softmax_scale == 0.0f && o.softcap == 0.0f)
+    fail("softmax_scale", "a non-zero scale with alibi_slopes (kernels add the bias in units of the scale)",
+         "0");
+  if (a.device == DeviceKind::cpu) {
+    const auto* s = static_cast<const float*>(a.data);
+    const std::int64_t rows = a.rank == 1 ? 1 : a.shape[0], batch_stride = a.rank == 1 ? 0 : a.stride[0];
+    for (std::int64_t b = 0; b < rows; ++b)
+      for (std::int64_t h = 0; h < a.shape[a.rank - 1]; ++h)
+        if (!std::isfinite(s[b * batch_stride + h]))
+          fail("alibi_slopes[" + (a.rank == 1 ? "" : std::to_string(b) + ", ") + std::to_string(h) + "]",
+               "a finite slope", std::to_string(s[b * batch_stride + h]));
+  }
+}
+
 // q, k, v and the options: everything both directions share.
 Layout check_inputs(const AttentionOptions& o, const TensorView& q, const TensorView& k,
                     const TensorView& v) {
@@ -214,8 +241,8 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
     fail("softcap", "a finite number >= 0 (0 = off)", std::to_string(o.softcap));
   if (o.window_left < -1) fail("window_left", ">= -1 (-1 = unbounded)", std::to_string(o.window_left));
   if (o.window_right < -1) fail("window_right", ">= -1 (-1 = unbounded)", std::to_string(o.window_right));
-  if (o.causal && o.window_right > 0)
-    fail("window_right", "-1 or 0 with causal (causal is window_right = 0)", std::to_string(o.window_right));
+  // causal with any window_right: causal sets it to 0 (fill_problem), as flash-attn does.
+  check_alibi(o, L, q);
   if (!(o.dropout_p >= 0.0f && o.dropout_p < 1.0f))
     fail("dropout_p", "a probability in [0, 1)", std::to_string(o.dropout_p));
   if (o.dropout_state.present()) {
@@ -248,14 +275,15 @@ void fill_problem(Problem& p, const AttentionOptions& o, const Layout& L, const 
   }
   p.scale = o.softmax_scale ? *o.softmax_scale : 1.0f / std::sqrt(float(L.head_dim));
   p.softcap = o.softcap;
-  // Normalize the mask: causal is window_right = 0; a bound that can never cut is dropped,
-  // which also keeps index arithmetic in kernels far from overflow.
-  int left = o.window_left, right = o.causal ? 0 : o.window_right;
-  if (left >= L.seqlen_k) left = -1;
-  if (right > 0 && right >= L.seqlen_q) right = -1;
-  p.window_left = left;
-  p.window_right = right;
-  p.causal = left < 0 && right == 0;
+  // Normalize the mask as flash-attn does (common/mask.hpp); dropping bounds that never cut
+  // also keeps index arithmetic in kernels far from overflow.
+  const Window w = normalized_window(o.causal, o.window_left, o.window_right, L.seqlen_q, L.seqlen_k);
+  p.window_left = w.left;
+  p.window_right = w.right;
+  p.causal = w.left < 0 && w.right == 0;
+  if (o.alibi_slopes.present())
+    p.alibi = {static_cast<const float*>(o.alibi_slopes.data),
+               o.alibi_slopes.rank == 2 ? o.alibi_slopes.stride[0] : 0};
   if (o.dropout_p > 0.0f) {
     p.dropout.p = o.dropout_p;
     p.dropout.keep_scale = float(1.0 / (1.0 - double(o.dropout_p)));

@@ -24,4 +24,20 @@ FA_HOST_DEVICE KeyRange visible_keys(int row, int seqlen_q, int seqlen_k, int wi
   return {begin, end};
 }
 
+// flash-attn's window arguments, normalized (flash_api.cpp's rules, shared by the API layer and
+// the command line): causal sets window_right = 0 whatever was given; a size >= seqlen_k (the
+// maximum under variable length) is unbounded (-1); so is a right bound >= seqlen_q, which can
+// never cut.
+struct Window {
+  int left, right;
+};
+
+FA_HOST_DEVICE Window normalized_window(bool causal, int window_left, int window_right, int seqlen_q,
+                                        int seqlen_k) {
+  int left = window_left, right = causal ? 0 : window_right;
+  if (left >= seqlen_k) left = -1;
+  if (right > 0 && (right >= seqlen_k || right >= seqlen_q)) right = -1;
+  return {left, right};
+}
+
 }  // namespace flashattn::detail

@@ -3,6 +3,7 @@
 // (src/api) builds it after checking every argument; backends trust it.
 #include <cstdint>
 
+#include "common/alibi.hpp"
 #include "common/host_device.hpp"
 #include "common/kv_layout.hpp"
 #include "common/philox.hpp"
@@ -56,6 +57,7 @@ struct Problem {
   int window_right = -1;
   bool causal = false;
   DropoutParams dropout;  // dropout.enabled(): p > 0
+  AlibiSlopes alibi;  // alibi.data == nullptr: no ALiBi
 
   SeqTensor q, k, v;
   // Where each sequence's keys come from (common/kv_layout.hpp): pages, per-sequence lengths,

@@ -163,6 +163,8 @@ class BackwardTask {
         // P^T = exp(K Q^T - LSE): the forward's scores, bit for bit (see query_prescale).
         gemm(n, kQueryBlock, head_dim, {k_j, width, 1}, ws_.q_t.data(), kQueryBlock, s, kQueryBlock, false);
         if (p_.softcap > 0) softcap_scores(s, n * kQueryBlock, p_.softcap, tanh);
+        if (p_.alibi.enabled())
+          alibi_scores<kQueryBlock>(s, n, key0, row0, seq_.rows_k - seq_.rows_q, p_.alibi.slope(task_.batch, h));
         if (!visible.sees_all(key0, key0 + n)) mask_scores(s, n, key0, visible);
         probabilities_from_lse<kQueryBlock>(s, n, ws_.lse);
         // dP^T = V dO^T, then dS^T in its place.

@@ -3,10 +3,10 @@
 // One task is one block of kQueryBlock query rows of one head; tasks run in parallel
 // (OpenMP, dynamic schedule, longest first). A task keeps its query block transposed and
 // pre-scaled in fp32, streams the key blocks its rows may see through fp32 tiles, and per key
-// block computes the transposed score tile S^T = K Q^T, masks and soft-caps it, updates the
-// running row max and sum, rescales its output accumulator and adds P V. Extra memory is a
-// few tiles per thread; every output row is computed by one task in a fixed order, so the
-// result does not depend on the thread count.
+// block computes the transposed score tile S^T = K Q^T, soft-caps it, adds the ALiBi bias
+// (common/alibi.hpp), masks it, updates the running row max and sum, rescales its output
+// accumulator and adds P V. Extra memory is a few tiles per thread; every output row is
+// computed by one task in a fixed order, so the result does not depend on the thread count.
 #include <algorithm>
 #include <vector>
 
@@ -80,6 +80,9 @@ void forward_block(const detail::ForwardProblem& p, const DropoutStream& rng, co
     gemm(n, kQueryBlock, head_dim, k_rows, ws.q_t.data(), kQueryBlock, ws.s.data(),
          kQueryBlock, /*accumulate=*/false);
     if (p.softcap > 0) softcap_scores(ws.s.data(), n * kQueryBlock, p.softcap, nullptr);
+    if (p.alibi.enabled())
+      alibi_scores<kQueryBlock>(ws.s.data(), n, key0, row0, seq.rows_k - seq.rows_q,
+                                p.alibi.slope(task.batch, task.head));
     if (!keys.sees_all(key0, key0 + n)) mask_scores(ws.s.data(), n, key0, keys);
     ws.softmax.update(ws.s.data(), n);
     if (rng.enabled) {  // dropout after the softmax, for P V only: the row sums stay undropped

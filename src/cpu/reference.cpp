@@ -25,7 +25,8 @@ double rounded(double x, std::optional<DType> dtype) {
   return f;
 }
 
-// Scores of one query row against every key, as the forward defines them (masked: -inf).
+// Scores of one query row against every key, as the forward defines them (masked: -inf), with
+// the ALiBi bias when slopes are given.
 // `tanh_out` receives tanh(raw * scale / softcap) for the backward (softcap only).
 // The same-precision baseline (round_to set) accumulates the dot products in float.
 void scores_row(const Problem& p, int b, const Sequence& s, int h, int i, std::vector<double>& score,
@@ -50,6 +51,8 @@ void scores_row(const Problem& p, int b, const Sequence& s, int h, int i, std::v
       tanh_out[j] = std::tanh(x / p.softcap);
       x = p.softcap * tanh_out[j];
     }
+    if (p.alibi.enabled())  // common/alibi.hpp: after scale and softcap
+      x -= double(p.alibi.slope(b, h)) * std::abs(double(i) + s.rows_k - s.rows_q - j);
     score[j] = x;
   }
 }

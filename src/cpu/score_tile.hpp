@@ -41,6 +41,23 @@ inline void softcap_scores(float* s, int count, float softcap, float* tanh_out) 
   }
 }
 
+// ALiBi (common/alibi.hpp): adds -slope * |row + shift - key| to every score of the tile,
+// shift = seqlen_k - seqlen_q of the sequence; `first_row` is the tile's first query row.
+// Runs before masking (masked scores become -inf whatever was added).
+template <int kRows>
+inline void alibi_scores(float* s, int keys, int key0, int first_row, int shift, float slope) {
+  alignas(64) float diag[kRows];
+  for (int m = 0; m < kRows; ++m) diag[m] = float(first_row + m + shift);
+  for (int n = 0; n < keys; ++n) {
+    const simd::Vec key = simd::splat(float(key0 + n));
+    for (int m = 0; m < kRows; m += simd::kLanes) {
+      float* x = s + std::int64_t(n) * kRows + m;
+      const simd::Vec d = simd::load(diag + m) - key;
+      simd::store(x, simd::load(x) - simd::max(d, -d) * slope);
+    }
+  }
+}
+
 // Online softmax over the key blocks of one query block. Scores are in natural units; each
 // exponential is exp2 of (score - running max) * log2(e), the difference taken first so that
 // large scores lose no precision.

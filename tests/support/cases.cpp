@@ -366,6 +366,140 @@ std::vector<Case> shared_cases(TableFor backend) {
     big.seqlen_k = 200;
     big.head_dim = 128;
     if (backend == TableFor::cuda) add(big);
+  // ALiBi (common/alibi.hpp): both slope shapes, causal and not, seqlen_q != seqlen_k both ways,
+  // a window, softcap (the bias comes after it), GQA (and decoding, where the sm80 family packs
+  // the query heads of a group into the rows of one tile, each row with its own slope),
+  // variable length (the distance uses each sequence's own lengths).
+  {
+    Case c;
+    c.alibi = Alibi::heads;
+    c.name = "alibi";
+    c.seqlen_q = c.seqlen_k = 150;
+    add(c);
+    c.name = "alibi_causal";
+    c.causal = true;
+    add(c);
+    c.alibi = Alibi::batch_heads;
+    c.batch = 2;
+    c.name = "alibi_batch_causal";
+    add(c);
+    c.name = "alibi_batch";
+    c.causal = false;
+    add(c);
+    for (auto [sq, sk] : {std::pair{40, 300}, std::pair{300, 40}}) {
+      for (bool causal : {false, true}) {
+        c.name = "alibi_q" + std::to_string(sq) + "_k" + std::to_string(sk) + (causal ? "_causal" : "");
+        c.seqlen_q = sq;
+        c.seqlen_k = sk;
+        c.causal = causal;
+        add(c);
+      }
+    }
+    c.name = "alibi_window_64_16";
+    c.batch = 1;
+    c.alibi = Alibi::heads;
+    c.seqlen_q = 250;
+    c.seqlen_k = 300;
+    c.causal = false;
+    c.window_left = 64;
+    c.window_right = 16;
+    add(c);
+    c.name = "alibi_window_32_causal";
+    c.window_left = 32;
+    c.window_right = -1;
+    c.causal = true;
+    add(c);
+    c.name = "alibi_softcap_causal";
+    c.window_left = -1;
+    c.seqlen_q = c.seqlen_k = 150;
+    c.softcap = 5.0f;
+    c.magnitude = 2.0f;
+    add(c);
+  }
+  {
+    Case c;
+    c.alibi = Alibi::batch_heads;
+    c.name = "alibi_gqa8";
+    c.batch = 2;
+    c.heads_q = 16;
+    c.heads_kv = 2;
+    c.seqlen_q = 100;
+    c.seqlen_k = 150;
+    add(c);
+    c.name = "alibi_gqa8_causal";
+    c.causal = true;
+    add(c);
+    c.name = "alibi_decode_gqa8_hd128";
+    c.causal = false;
+    c.seqlen_q = 1;
+    c.seqlen_k = 3000;
+    c.head_dim = 128;
+    add(c);
+    c.name = "alibi_decode_gqa4_causal";
+    c.heads_q = 8;
+    c.seqlen_q = 3;
+    c.seqlen_k = 700;
+    c.head_dim = 64;
+    c.causal = true;
+    add(c);
+  }
+  {
+    Case c;
+    c.alibi = Alibi::batch_heads;
+    c.name = "alibi_varlen";
+    c.batch = 4;
+    c.lens_q = {17, 0, 128, 65};
+    c.lens_k = {30, 5, 128, 1};
+    add(c);
+    c.name = "alibi_varlen_causal";
+    c.causal = true;
+    add(c);
+    c.name = "alibi_varlen_gqa_window";
+    c.alibi = Alibi::heads;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.causal = false;
+    c.window_left = 8;
+    c.window_right = 8;
+    add(c);
+  }
+  // ALiBi over many query and key tiles at d = 128 (both GPU families). GPU table only: the
+  // float64 reference takes a minute on the CPU.
+  if (backend == TableFor::cuda) {
+    Case c;
+    c.alibi = Alibi::heads;
+    c.name = "alibi_hd128_causal";
+    c.batch = 2;
+    c.heads_q = 4;
+    c.heads_kv = 4;
+    c.seqlen_q = 700;
+    c.seqlen_k = 900;
+    c.head_dim = 128;
+    c.causal = true;
+    add(c);
+    c.name = "alibi_hd128";
+    c.causal = false;
+    add(c);
+  }
+  // flash-attn's window rules: causal sets window_right to 0 whatever is given; a window
+  // >= seqlen_k is unbounded (here the right one, with seqlen_q > seqlen_k, where a right
+  // bound of that size would otherwise cut the first rows).
+  {
+    Case c;
+    c.name = "causal_window_right_ignored";
+    c.seqlen_q = 120;
+    c.seqlen_k = 200;
+    c.causal = true;
+    c.window_left = 50;
+    c.window_right = 7;
+    add(c);
+    c.name = "window_right_ge_seqlen_k";
+    c.seqlen_q = 200;
+    c.seqlen_k = 120;
+    c.causal = false;
+    c.window_left = 10;
+    c.window_right = 120;
+    add(c);
   }
   // Large magnitudes: scores in the thousands must not overflow or produce NaN.
   {
@@ -400,6 +534,18 @@ std::vector<Case> tiny_cases() {
   c.softcap = 0;
   c.window_left = 1;
   c.window_right = 1;
+  t.push_back(c);
+  c.name = "tiny_alibi_causal_softcap";
+  c.window_left = c.window_right = -1;
+  c.causal = true;
+  c.softcap = 2.0f;
+  c.alibi = Alibi::heads;
+  t.push_back(c);
+  c.name = "tiny_alibi_batch";
+  c.batch = 2;
+  c.causal = false;
+  c.softcap = 0;
+  c.alibi = Alibi::batch_heads;
   t.push_back(c);
   c.name = "tiny_dropout";
   c.window_left = c.window_right = -1;

@@ -12,6 +12,9 @@ enum class Layout {
   padded,  // bshd with padding after every row and every head (outputs' padding must stay poisoned)
 };
 
+// ALiBi slopes: none, one per query head (heads_q,), or one per (sequence, query head).
+enum class Alibi { none, heads, batch_heads };
+
 struct Case {
   std::string name;
   int batch = 1;
@@ -24,6 +27,7 @@ struct Case {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.0f;
+  Alibi alibi = Alibi::none;  // slopes drawn at random in [0.05, 0.55) with the inputs
   float magnitude = 1.0f;  // inputs are N(0, magnitude^2)
   // Dropout probability (0 = off); the run's dropout seed and offset derive from the test seed,
   // and the reference drops the same entries (src/common/philox.hpp).

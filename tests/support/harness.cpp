@@ -95,9 +95,22 @@ HostTensor make_dropout_state(const Case& c) {
   return t;
 }
 
-// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k` on `device`, and the
-// dropout state at `state` when given (the values otherwise).
-void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k, TensorView state = {}) {
+// The case's ALiBi slopes (an empty tensor without ALiBi), drawn from `rng`.
+HostTensor make_slopes(const Case& c, std::mt19937_64& rng) {
+  if (c.alibi == Alibi::none) return HostTensor(DType::f32, {1});  // unused
+  const std::int64_t batch = c.varlen() ? std::int64_t(c.lens_q.size()) : c.batch;
+  HostTensor t = c.alibi == Alibi::heads ? HostTensor(DType::f32, {c.heads_q})
+                                         : HostTensor(DType::f32, {batch, c.heads_q});
+  std::uniform_real_distribution<float> slope(0.05f, 0.55f);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, slope(rng));
+  return t;
+}
+
+// Options of a case, with cu_seqlens views pointing at `cu_q`/`cu_k`, the slopes at `slopes` on
+// `device`, and the dropout state at `state` when given (the values otherwise).
+void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorView cu_k, TensorView slopes,
+                  TensorView state = {}) {
+  if (c.alibi != Alibi::none) o.alibi_slopes = slopes;
   o.dropout_p = c.dropout_p;
   o.dropout_seed = c.dropout_seed;
   o.dropout_offset = c.dropout_offset;
@@ -136,11 +149,11 @@ struct Operands {
 
 // Reference out/LSE (f32) from f32 copies of the inputs; with round_to, the baseline.
 void run_reference_forward(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                           HostTensor& cu_q, HostTensor& cu_k, HostTensor& out, HostTensor& lse,
-                           std::optional<DType> round_to) {
+                           HostTensor& cu_q, HostTensor& cu_k, HostTensor& slopes, HostTensor& out,
+                           HostTensor& lse, std::optional<DType> round_to) {
   HostTensor q32 = q.to_f32(), k32 = k.to_f32(), v32 = v.to_f32();
   ForwardArgs a;
-  fill_options(a, c, cu_q.view(), cu_k.view());
+  fill_options(a, c, cu_q.view(), cu_k.view(), slopes.view());
   a.q = q32.view();
   a.k = k32.view();
   a.v = v32.view();
@@ -222,11 +235,12 @@ ForwardCheck check_forward(const Case& case_, DType dtype, DeviceKind device, st
   out.poison();
   lse.poison();
   HostTensor cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k);
+  HostTensor slopes = make_slopes(c, rng);
   HostTensor state = make_dropout_state(c);
 
-  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &state});
+  Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &slopes, &state});
   ForwardArgs a;
-  fill_options(a, c, ops.view(5), ops.view(6), ops.view(7));
+  fill_options(a, c, ops.view(5), ops.view(6), ops.view(7), ops.view(8));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);
@@ -236,8 +250,8 @@ ForwardCheck check_forward(const Case& case_, DType dtype, DeviceKind device, st
   ops.download({3, 4});
 
   HostTensor ref_out, ref_lse, base_out, base_lse;
-  run_reference_forward(c, q, k, v, cu_q, cu_k, ref_out, ref_lse, std::nullopt);
-  run_reference_forward(c, q, k, v, cu_q, cu_k, base_out, base_lse, dtype);
+  run_reference_forward(c, q, k, v, cu_q, cu_k, slopes, ref_out, ref_lse, std::nullopt);
+  run_reference_forward(c, q, k, v, cu_q, cu_k, slopes, base_out, base_lse, dtype);
 
   ForwardCheck r;
   const auto got = out.to_floats(), ref = ref_out.to_floats();
@@ -279,7 +293,7 @@ struct BackwardRun {
 
 // Inputs of a backward check, drawn from `seed`.
 struct BackwardInputs {
-  HostTensor q, k, v, dout, out, lse, cu_q, cu_k, state;
+  HostTensor q, k, v, dout, out, lse, cu_q, cu_k, slopes, state;
 };
 
 BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t seed) {
@@ -295,10 +309,11 @@ BackwardInputs make_backward_inputs(const Case& c, DType dtype, std::uint64_t se
   }
   in.cu_q = make_offsets(c.lens_q);
   in.cu_k = make_offsets(c.lens_k);
+  in.slopes = make_slopes(c, rng);
   in.state = make_dropout_state(c);
   // out and LSE as a correct forward produces them: the reference, out rounded to dtype.
   HostTensor ref_out;
-  run_reference_forward(c, in.q, in.k, in.v, in.cu_q, in.cu_k, ref_out, in.lse, std::nullopt);
+  run_reference_forward(c, in.q, in.k, in.v, in.cu_q, in.cu_k, in.slopes, ref_out, in.lse, std::nullopt);
   in.out = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
   in.out.poison();
   for (std::int64_t i = 0; i < ref_out.numel(); ++i) in.out.set(i, ref_out.get(i));
@@ -310,10 +325,10 @@ BackwardRun run_backward(const Case& c, DType dtype, DeviceKind device, Backward
                 make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k),
                 make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k)};
   for (HostTensor* t : {&r.dq, &r.dk, &r.dv}) t->poison();
-  Operands ops(device,
-               {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k, &in.state});
+  Operands ops(device, {&in.q, &in.k, &in.v, &in.out, &in.dout, &in.lse, &r.dq, &r.dk, &r.dv, &in.cu_q, &in.cu_k,
+                        &in.slopes, &in.state});
   BackwardArgs a;
-  fill_options(a, c, ops.view(9), ops.view(10), ops.view(11));
+  fill_options(a, c, ops.view(9), ops.view(10), ops.view(11), ops.view(12));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);
@@ -336,7 +351,7 @@ BackwardRun reference_gradients(const Case& c, BackwardInputs& in, std::optional
   BackwardRun r{HostTensor(DType::f32, q.shape()), HostTensor(DType::f32, k.shape()),
                 HostTensor(DType::f32, v.shape())};
   BackwardArgs a;
-  fill_options(a, c, in.cu_q.view(), in.cu_k.view());
+  fill_options(a, c, in.cu_q.view(), in.cu_k.view(), in.slopes.view());
   a.q = q.view();
   a.k = k.view();
   a.v = v.view();
@@ -395,7 +410,7 @@ std::vector<bool> dropout_kept_entries(const Case& case_, DType dtype, DeviceKin
   HostTensor state = make_dropout_state(c);
   Operands ops(device, {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &state});
   ForwardArgs a;
-  fill_options(a, c, ops.view(5), ops.view(6), ops.view(7));
+  fill_options(a, c, ops.view(5), ops.view(6), TensorView{}, ops.view(7));
   a.q = ops.view(0);
   a.k = ops.view(1);
   a.v = ops.view(2);

@@ -80,7 +80,8 @@ def _flash_attn_block_n(head_dim: int) -> int:
 
 def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                max_seqlen_q: int, max_seqlen_k: int, dropout_p: float, softmax_scale: Optional[float], causal: bool,
-               window_size, softcap: float, rng_state: Tensor) -> Tensor:  # fmt: skip
+               window_size, softcap: float, rng_state: Tensor,
+               alibi_slopes: Optional[Tensor] = None) -> Tensor:  # fmt: skip
     """flash-attn's S_dmask: (batch, nheads, seqlen_q rounded to 128, seqlen_k rounded to 128),
     exp(score - running max of flash-attn's key blocks), dropped entries negated, 0 outside."""
     varlen = cu_seqlens_q is not None
@@ -118,10 +119,13 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
         i = torch.arange(rows, device=q.device).view(rows, 1)
         j = torch.arange(cols, device=q.device).view(1, cols)
         diag = i + cols - rows
+        if alibi_slopes is not None:  # after softcap, as the kernels add it
+            slopes = (alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes).float().view(nheads, 1, 1)
+            scores = scores - slopes * (diag - j).abs()
         visible = torch.ones(rows, cols, dtype=torch.bool, device=q.device)
-        if left >= 0:
+        if 0 <= left < cols:  # flash-attn's rule: a size >= seqlen_k is unbounded
             visible &= j >= diag - left
-        if right >= 0:
+        if 0 <= right < cols:
             visible &= j <= diag + right
         scores = scores.masked_fill(~visible, float("-inf"))
         # Running max from the last key block down to each block, as flash-attn's kernel walks.

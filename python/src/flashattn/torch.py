@@ -31,8 +31,16 @@ values appended in place and rotary embeddings applied in the same call.
 flash_attn_varlen_func(..., block_table=...) attends packed queries to a paged cache
 (inference only: no gradient flows to the pages, no dropout).
 
-ALiBi (alibi_slopes) is not implemented and raises NotImplementedError. Dropout together with softcap raises NotImplementedError on CUDA tensors (as
-flash-attn). As in flash-attn, no gradient flows through softmax_lse.
+Window and causal arguments follow flash-attn's rules: a window size that is negative or
+>= seqlen_k (max_seqlen_k packed) is unbounded, causal=True sets the right size to 0 whatever is
+given, and the sizes may be ints or 0-d tensors. alibi_slopes: float32 (nheads,) or (batch,
+nheads), on q's device; the score of query i and key j gains -slope * |i + seqlen_k - seqlen_q - j|
+(after softcap), with each sequence's own lengths when packed; no gradient flows to the slopes.
+flash-attn's causal kernels add slope * j instead (the same up to a constant per row): outputs and
+gradients agree, softmax_lse differs by slope * (i + seqlen_k - seqlen_q).
+
+Dropout together with softcap raises NotImplementedError on CUDA tensors (as flash-attn). As in
+flash-attn, no gradient flows through softmax_lse.
 
 Autograd runs flashattn's backward. Both directions are torch.library custom ops
 (flashattn::forward, flashattn::backward) with fake implementations and an autograd rule, so
@@ -41,6 +49,7 @@ same implementation through a plain autograd.Function instead of the dispatcher:
 forward without grad took 17 us this way and 65 us through the custom op, a forward + backward 276
 and 737 us (python/benchmarks/results/).
 """
+import operator
 from typing import Optional
 
 import torch
@@ -74,14 +83,15 @@ def _empty_lse(q: Tensor, varlen: bool) -> Tensor:
     return q.new_empty(shape, dtype=torch.float32)
 
 
-def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, max_seqlen_q, max_seqlen_k, dropout_p,
+def _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                   dropout_p,
                    softmax_scale, causal, window_left, window_right, softcap):  # fmt: skip
     _C.forward(
         q, k, v, out, lse,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
-        dropout_state=rng_state if dropout_p > 0.0 else None,
+        dropout_state=rng_state if dropout_p > 0.0 else None, alibi_slopes=alibi_slopes,
     )  # fmt: skip
 
 
@@ -92,6 +102,7 @@ def _forward(
     cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor],
     rng_state: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
     dropout_p: float,
@@ -103,7 +114,8 @@ def _forward(
     deterministic: bool,
 ) -> tuple[Tensor, Tensor]:
     out, lse = torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
-    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, max_seqlen_q, max_seqlen_k, dropout_p,
+    _write_forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                   dropout_p,
                    softmax_scale, causal, window_left, window_right, softcap)  # fmt: skip
     return out, lse
 
@@ -129,6 +141,7 @@ def _backward(
     cu_seqlens_q: Optional[Tensor],
     cu_seqlens_k: Optional[Tensor],
     rng_state: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
     max_seqlen_q: int,
     max_seqlen_k: int,
     dropout_p: float,
@@ -146,7 +159,7 @@ def _backward(
         window_size=(window_left, window_right), softcap=softcap,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
-        dropout_state=rng_state if dropout_p > 0.0 else None,
+        dropout_state=rng_state if dropout_p > 0.0 else None, alibi_slopes=alibi_slopes,
     )  # fmt: skip
     return dq, dk, dv
 
@@ -157,20 +170,20 @@ def _backward_fake(dout, q, k, v, *rest) -> tuple[Tensor, Tensor, Tensor]:
 
 # ---- autograd: one rule, used by the custom op and by the eager Function -----------------------
 
-_NON_TENSOR_INPUTS = 12  # forward inputs after q, k, v: none of them has a gradient
+_NON_TENSOR_INPUTS = 13  # forward inputs after q, k, v: none of them has a gradient (nor the slopes)
 
 
 def _save_for_backward(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, rng_state, *options = inputs
+    q, k, v, cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes, *options = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes)
     ctx.options = options
 
 
 def _gradients(ctx, dout: Tensor, backward) -> tuple:
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes = ctx.saved_tensors
     dout = _last_dim_contiguous(dout, "dout")
-    dq, dk, dv = backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, *ctx.options)
+    dq, dk, dv = backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes, *ctx.options)
     return (dq, dk, dv) + (None,) * _NON_TENSOR_INPUTS
 
 
@@ -212,6 +225,34 @@ def _draw_rng_state(q: Tensor) -> Tensor:
     return torch.randint(0, 2**62, (2,), dtype=torch.int64, device=q.device)
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _window(window_size) -> tuple[int, int]:
+    """flash-attn's (left, right) window: ints or 0-d tensors; any negative size is unbounded (-1).
+
+    The library applies the rest of flash-attn's rules: sizes >= seqlen_k are unbounded, causal
+    sets right to 0.
+    """
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise ValueError(f"flashattn: window_size: expected (left, right), got {window_size!r}") from None
+    sizes = []
+    for name, w in (("window_size[0]", left), ("window_size[1]", right)):
+        if isinstance(w, Tensor):
+            if w.numel() != 1 or w.is_floating_point() or w.is_complex() or w.dtype == torch.bool:
+                raise TypeError(f"flashattn: {name}: expected an int or a 0-d integer tensor, got {w.dtype} {tuple(w.shape)}")
+            w = int(w.item())
+        else:
+            try:
+                w = operator.index(w)
+            except TypeError:
+                raise TypeError(f"flashattn: {name}: expected an int, got {type(w).__name__}") from None
+        sizes.append(min(max(w, -1), _INT32_MAX))  # beyond any seqlen_k: unbounded all the same
+    return sizes[0], sizes[1]
+
+
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_lse, block_table=None, seqused_k=None) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:  # fmt: skip
@@ -225,18 +266,22 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         raise ValueError(f"flashattn: dropout_p: expected a probability in [0, 1), got {dropout_p}")
     dropout_p = float(dropout_p)
     if alibi_slopes is not None:
-        raise NotImplementedError("flashattn: alibi_slopes: expected None (ALiBi is not implemented), got a tensor")
-    window_left, window_right = window_size
+        if not isinstance(alibi_slopes, Tensor):
+            raise TypeError(f"flashattn: alibi_slopes: expected a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        alibi_slopes = _last_dim_contiguous(alibi_slopes, "alibi_slopes")
+    window_left, window_right = _window(window_size)
     if block_table is not None or seqused_k is not None:
         if dropout_p > 0.0:
             raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 with block_table/seqused_k (paged calls are inference only), got {dropout_p}")
+        if alibi_slopes is not None:
+            raise NotImplementedError("flashattn: alibi_slopes: expected None with block_table/seqused_k (ALiBi over a paged cache is not built)")
         out, lse = _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                                  causal, window_left, window_right, softcap, block_table, seqused_k, return_lse)
         return out, lse, None
     rng_state = _draw_rng_state(q) if dropout_p > 0.0 and isinstance(q, Tensor) else None
     inputs = (
         _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v"),
-        cu_seqlens_q, cu_seqlens_k, rng_state, int(max_seqlen_q), int(max_seqlen_k), dropout_p,
+        cu_seqlens_q, cu_seqlens_k, rng_state, alibi_slopes, int(max_seqlen_q), int(max_seqlen_k), dropout_p,
         None if softmax_scale is None else float(softmax_scale), bool(causal),
         int(window_left), int(window_right), float(softcap), bool(deterministic),
     )  # fmt: skip
@@ -250,14 +295,15 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 
 def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-                window_size, softcap, rng_state) -> Optional[Tensor]:  # fmt: skip
+                window_size, softcap, rng_state, alibi_slopes) -> Optional[Tensor]:  # fmt: skip
     """return_attn_probs' third value: None without dropout, else flash-attn's S_dmask."""
     if rng_state is None:
         return None
     with torch.no_grad():
         return _dropout.attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                    int(max_seqlen_k), float(dropout_p.item() if isinstance(dropout_p, Tensor) else dropout_p),
-                                   softmax_scale, causal, window_size, softcap, rng_state)  # fmt: skip
+                                   softmax_scale, causal, _window(window_size), softcap, rng_state,
+                                   alibi_slopes)  # fmt: skip
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
@@ -397,7 +443,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim).
     softmax_scale: default 1 / sqrt(headdim). causal: bottom-right aligned when seqlen_q !=
-    seqlen_k. window_size: (left, right) sliding window, -1 unbounded. softcap: 0 = off.
+    seqlen_k. window_size: (left, right) sliding window (ints or 0-d tensors), negative or >=
+    seqlen_k unbounded; causal sets right to 0. softcap: 0 = off. alibi_slopes: float32 (nheads,)
+    or (batch, nheads): adds -slope * |i + seqlen_k - seqlen_q - j| to the score of query i, key j.
     deterministic: the backward gives the same bits on every run. dropout_p: probability of
     dropping each attention probability (kept ones scaled by 1 / (1 - dropout_p)), drawn from
     torch's generator of q's device.
@@ -410,7 +458,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     if not return_attn_probs:
         return out
     return out, lse, _attn_probs(q, k, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size, softcap,
-                                 rng_state)  # fmt: skip
+                                 rng_state, alibi_slopes)  # fmt: skip
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -436,7 +484,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if not return_attn_probs:
         return out
     return out, lse, _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                                 softmax_scale, causal, window_size, softcap, rng_state)  # fmt: skip
+                                 softmax_scale, causal, window_size, softcap, rng_state, alibi_slopes)  # fmt: skip
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

@@ -30,10 +30,12 @@ namespace flashattn::cuda::sm80 {
 // atomics (off in deterministic mode). kColumns: how tile columns move
 // (common/head_columns.cuh): `full` at head dim kHeadDim with 16-byte aligned rows; otherwise
 // columns past the head dim are zero-filled on load and not stored. kDropout: dropout on P
-// (p.dropout). Template parameters, so that no step carries the code (or the branches) of a case
-// it is not.
+// (p.dropout). kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every tile taking
+// the masked step. Template parameters, so that no step carries the code (or the registers) of a
+// case it is not: this kernel runs at 255 registers, and ALiBi as a runtime branch inside it
+// raised its spills from 8-104 to 224-332 bytes (ptxas, d = 128, 2026-11-26).
 template <class Traits, bool kSoftcap, bool kAccumulateDq, ColumnMode kColumns = ColumnMode::full,
-          bool kDropout = false>
+          bool kDropout = false, bool kAlibi = false>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -198,7 +200,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // One step. `next` is the step whose Q and dO load during this one (the last step reloads
   // its own: a uniform, unpredicated load costs less than the predicates it would need).
   // kMasked: the tile needs element-wise masking. Instantiated once per kind of tile and
-  // chosen by a branch: were the two merged, every tile would issue both.
+  // chosen by a branch: were the two merged, every tile would issue both. (A third variant, for
+  // ALiBi, made cicc stop inlining this lambda, and the accumulators went to the stack: 3.2 KB
+  // frames, 2026-11-26. ALiBi kernels run the masked variant alone.)
   auto run_step = [&](int stage, Step current, Step next, const BlockMask& tile_mask, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int head = current.head;
@@ -223,15 +227,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
+    [[maybe_unused]] DropoutBits<decltype(size(acc_s))::value> keep;
     if constexpr (kDropout) {
-      DropoutBits<decltype(size(acc_s))::value> keep;
       keep.template draw<kPairedTiles>(acc_s, s_coords_acc, dropout_rng, b, head, row0, key0);
       keep.scale(acc_dp, p.dropout.keep_scale);  // dP z
-      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
-      keep.scale(acc_s, p.dropout.keep_scale);  // P z, for dV
-    } else {
-      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
     }
+    if constexpr (kAlibi)
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0,
+                                             alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
+    else
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
+    if constexpr (kDropout) keep.scale(acc_s, p.dropout.keep_scale);  // P z, for dV
 
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), tPsP);
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), tdSsdS);
@@ -261,7 +267,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int row0 = current.m_block * kBlockM;
     const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
                               min(row0 + kBlockM, seq.len_q) - 1};
-    if (tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
+    if (!kAlibi && tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
       run_step(step & 1, current, next, tile_mask, cute::false_type{});
     else
       run_step(step & 1, current, next, tile_mask, cute::true_type{});

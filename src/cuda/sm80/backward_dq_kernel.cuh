@@ -14,8 +14,9 @@
 
 namespace flashattn::cuda::sm80 {
 
-// kSoftcap, kColumns, kDropout: as in the main kernel (backward_dkdv_kernel.cuh).
-template <class Traits, bool kSoftcap, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
+// kSoftcap, kColumns, kDropout, kAlibi: as in the main kernel (backward_dkdv_kernel.cuh).
+template <class Traits, bool kSoftcap, ColumnMode kColumns = ColumnMode::full, bool kDropout = false,
+          bool kAlibi = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     backward_dq_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -132,13 +133,17 @@ __global__ void __launch_bounds__(Traits::kThreads)
     if constexpr (kDropout)  // dS = P (dP z - D): z = keep / (1 - p) on dP; warps along rows only
       apply_dropout_scaled<kDropoutPairedTiles<1>>(acc_dp, s_coords_acc, dropout_rng, b, head, row0, key0,
                                                    p.dropout.keep_scale);
-    scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0);
+    if constexpr (kAlibi)
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0,
+                                             alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
+    else
+      scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0);
 
     Tensor ds = convert_fragment<Element>(acc_dp);
     gemm_reg_smem(mma, acc_dq, make_tensor(ds.data(), accumulator_as_a_operand_layout(ds.layout())), tdQrKt, tdQsKt(_, _, _, stage), ldsm_bt);
   };
   for (int i = 0; i < n_count; ++i) {
-    if (mask.tile_fully_visible(n_first + i, kBlockN))
+    if (!kAlibi && mask.tile_fully_visible(n_first + i, kBlockN))
       run_block(i, cute::false_type{});
     else
       run_block(i, cute::true_type{});

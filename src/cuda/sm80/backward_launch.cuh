@@ -48,6 +48,7 @@ inline BackwardParams make_params(const detail::BackwardProblem& problem) {
   p.seqlen_k = problem.seqlen_k;
   p.scale = problem.scale;
   p.softcap = problem.softcap;
+  p.alibi = problem.alibi;
   p.window_left = problem.window_left;
   p.window_right = problem.window_right;
   p.dropout = problem.dropout;
@@ -59,6 +60,13 @@ inline BackwardParams make_params(const detail::BackwardProblem& problem) {
 
 // Launches `kernel` with `smem_bytes` of dynamic shared memory (raising the kernel's limit
 // where it exceeds the default 48 KB).
+// f(std::true_type{}) or f(std::false_type{}): a run-time flag as a compile-time one.
+template <class F>
+void with_flag(bool value, F&& f) {
+  if (value) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
             const BackwardParams& p) {
@@ -130,48 +138,43 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const dim3 q_rows_grid(ceil_div(problem.seqlen_q, Rows::kRowsPerBlock), problem.heads_q, batch);
   launch(backward_preprocess_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   const dim3 main_grid(n_blocks, problem.heads_kv * p.head_splits, batch);
-  // Instances by how tile columns move (common/head_columns.cuh): `full` at head dim HeadDim with
-  // 16-byte aligned operands; else `vectors` or `elements` for the main kernel, and for the
-  // deterministic dQ kernel one instance choosing between them at run time (`any`). Dropout has
-  // its own kernels, without softcap (the dispatcher rejects the pair, as flash-attn).
-  const ColumnMode columns = column_mode(p.cols, HeadDim);
-  const bool dropout = problem.dropout.enabled();
-  using Full = std::integral_constant<ColumnMode, ColumnMode::full>;
-  using Vectors = std::integral_constant<ColumnMode, ColumnMode::vectors>;
-  using Elements = std::integral_constant<ColumnMode, ColumnMode::elements>;
-  using Any = std::integral_constant<ColumnMode, ColumnMode::any>;
-  auto launch_main = [&](auto softcap, auto accumulate_dq, auto with_dropout) {
-    constexpr bool kSoftcap = decltype(softcap)::value, kAccumulateDq = decltype(accumulate_dq)::value;
-    constexpr bool kDropout = decltype(with_dropout)::value;
-    auto with = [&](auto mode) {
-      launch(backward_dkdv_kernel<Main, kSoftcap, kAccumulateDq, decltype(mode)::value, kDropout>, main_grid,
-             Main::kThreads, Main::kSmemBytes, stream, p);
-    };
-    if (columns == ColumnMode::full) with(Full{});
-    else if (columns == ColumnMode::vectors) with(Vectors{});
-    else with(Elements{});
+  // The instances, which bound this file's build time: tile columns `full` at head dim HeadDim
+  // with 16-byte aligned operands, else `any` (common/head_columns.cuh: whole vectors or element by
+  // element, chosen per piece at run time); softcap, dQ by atomics, ALiBi (its registers kept out
+  // of the other kernels) and dropout as template flags. Dropout has no softcap kernels: the
+  // dispatcher rejects the pair, as flash-attn.
+  const bool full_columns = column_mode(p.cols, HeadDim) == ColumnMode::full;
+  const bool dropout = problem.dropout.enabled(), alibi = p.alibi.enabled(), softcap = p.softcap > 0;
+  const dim3 dq_grid(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch);
+  // f(softcap, dropout, alibi) with each flag as a std::bool_constant.
+  auto with_flags = [&](auto f) {
+    with_flag(alibi, [&](auto a) {
+      if (dropout) f(std::false_type{}, std::true_type{}, a);
+      else with_flag(softcap, [&](auto s) { f(s, std::false_type{}, a); });
+    });
   };
-  if (dropout) {
-    if (problem.deterministic) launch_main(std::false_type{}, std::false_type{}, std::true_type{});
-    else launch_main(std::false_type{}, std::true_type{}, std::true_type{});
-  } else if (problem.deterministic) {
-    if (p.softcap > 0) launch_main(std::true_type{}, std::false_type{}, std::false_type{});
-    else launch_main(std::false_type{}, std::false_type{}, std::false_type{});
-  } else {
-    if (p.softcap > 0) launch_main(std::true_type{}, std::true_type{}, std::false_type{});
-    else launch_main(std::false_type{}, std::true_type{}, std::false_type{});
-  }
+  with_flags([&](auto s, auto d, auto a) {
+    with_flag(!problem.deterministic, [&](auto accumulate_dq) {
+      constexpr bool kS = decltype(s)::value, kD = decltype(d)::value, kA = decltype(a)::value;
+      constexpr bool kAcc = decltype(accumulate_dq)::value;
+      if (full_columns)
+        launch(backward_dkdv_kernel<Main, kS, kAcc, ColumnMode::full, kD, kA>, main_grid, Main::kThreads,
+               Main::kSmemBytes, stream, p);
+      else
+        launch(backward_dkdv_kernel<Main, kS, kAcc, ColumnMode::any, kD, kA>, main_grid, Main::kThreads,
+               Main::kSmemBytes, stream, p);
+    });
+  });
   if (problem.deterministic) {
-    auto launch_dq = [&](auto softcap, auto with_dropout) {
-      constexpr bool kSoftcap = decltype(softcap)::value, kDropout = decltype(with_dropout)::value;
-      auto dq_kernel = columns == ColumnMode::full ? backward_dq_kernel<DqOnly, kSoftcap, Full::value, kDropout>
-                                                   : backward_dq_kernel<DqOnly, kSoftcap, Any::value, kDropout>;
-      launch(dq_kernel, dim3(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch), DqOnly::kThreads,
-             DqOnly::kSmemBytes, stream, p);
-    };
-    if (dropout) launch_dq(std::false_type{}, std::true_type{});
-    else if (p.softcap > 0) launch_dq(std::true_type{}, std::false_type{});
-    else launch_dq(std::false_type{}, std::false_type{});
+    with_flags([&](auto s, auto d, auto a) {
+      constexpr bool kS = decltype(s)::value, kD = decltype(d)::value, kA = decltype(a)::value;
+      if (full_columns)
+        launch(backward_dq_kernel<DqOnly, kS, ColumnMode::full, kD, kA>, dq_grid, DqOnly::kThreads,
+               DqOnly::kSmemBytes, stream, p);
+      else
+        launch(backward_dq_kernel<DqOnly, kS, ColumnMode::any, kD, kA>, dq_grid, DqOnly::kThreads,
+               DqOnly::kSmemBytes, stream, p);
+    });
   } else {
     launch(backward_dq_convert_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
   }

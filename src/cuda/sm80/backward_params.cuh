@@ -23,6 +23,7 @@ struct BackwardParams {
   // The problem's head dim and how its rows move (common/head_columns.cuh): every kernel below
   // reads and writes only columns < cols.dim of the operands (the workspace keeps the width's).
   HeadColumns cols{0, true};
+  detail::AlibiSlopes alibi;  // null data: no ALiBi (common/alibi.hpp)
 
   // Workspace. Per-row vectors are [heads_q][dense_rows_q]; row r of sequence b is
   // SequenceRows::dense_q + r (common/sequence_rows.cuh).

@@ -2,12 +2,14 @@
 // The element-wise middle of the backward, on a thread's share of one (query rows x keys)
 // tile: recomputes P from S and the saved LSE, and turns dP into dS.
 //   x  = S * scale                          or  softcap * tanh(S * scale / softcap)
+//   x += ALiBi bias                         (when given: cuda/common/alibi.cuh)
 //   P  = exp(x - LSE)                       (0 where masked, and on rows that see no key)
 //   dS = P * (dP - D)                       or  P * (dP - D) * (1 - tanh^2)
 // The softmax scale (and the chain rule's d(S*scale)/dS) is applied to dK and dQ once, later.
 // Everything runs in base 2: the LSE arrives multiplied by log2(e) (+inf where it was -inf).
 #include <cute/tensor.hpp>
 
+#include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -36,14 +38,16 @@ struct ScoreTransform {
 
 // s, dp: accumulators in rows/cols view (rowcol_view); coords: the same view of an identity
 // tensor (tile-local (row, key)); lse_log2, delta: per row of the view; mask: the tile's query
-// rows (mask.first_row is the tile's first row); key0: the tile's first key. On return s holds
+// rows (mask.first_row is the tile's first row); key0: the tile's first key; bias(r, key): a
+// base-2 term added to the exponent (NoScoreBias, or ALiBi's AlibiRowsLog2). On return s holds
 // P and dp holds dS.
-template <bool kMasked, bool kSoftcap, class S, class DP, class Coords, int kRows>
+template <bool kMasked, bool kSoftcap, class S, class DP, class Coords, int kRows, class Bias = NoScoreBias>
 __device__ __forceinline__ void scores_to_gradients(S& s, DP& dp, const Coords& coords,
                                                     const float (&lse_log2)[kRows],
                                                     const float (&delta)[kRows],
                                                     const ScoreTransform& tf,
-                                                    const BlockMask& mask, int key0) {
+                                                    const BlockMask& mask, int key0,
+                                                    const Bias& bias = {}) {
   using namespace cute;
   static_assert(decltype(size<0>(s))::value == kRows);
   CUTE_UNROLL
@@ -53,12 +57,14 @@ __device__ __forceinline__ void scores_to_gradients(S& s, DP& dp, const Coords& 
     CUTE_UNROLL
     for (int c = 0; c < size<1>(s); ++c) {
       float prob, dtanh = 1.0f;
+      float offset = -lse_log2[r];
+      if constexpr (Bias::kEnabled) offset += bias(r, key0 + get<1>(coords(r, c)));
       if constexpr (kSoftcap) {
         const float t = tanh_accurate(s(r, c) * tf.softcap_inner);
-        prob = exp2f(fmaf(t, tf.softcap_outer_log2, -lse_log2[r]));
+        prob = exp2f(fmaf(t, tf.softcap_outer_log2, offset));
         dtanh = 1.0f - t * t;
       } else {
-        prob = exp2f(fmaf(s(r, c), tf.scale_log2, -lse_log2[r]));
+        prob = exp2f(fmaf(s(r, c), tf.scale_log2, offset));
       }
       if constexpr (kMasked) {
         const int key = key0 + get<1>(coords(r, c));
@@ -88,6 +94,20 @@ __device__ __forceinline__ void load_row_stats(float (&lse_log2)[kRows], float (
     lse_log2[r] = valid ? lse_rows[row] : INFINITY;
     delta[r] = valid ? delta_rows[row] : 0.0f;
   }
+}
+
+// ALiBi of a backward tile: rows row0 + (tile-local row) of query head `head` of sequence `b`.
+template <int kRows, class Coords>
+__device__ __forceinline__ AlibiRowsLog2<kRows> alibi_rows(const detail::AlibiSlopes& alibi, int b, int head,
+                                                          const Coords& coords, int row0, int len_q,
+                                                          int len_k) {
+  using namespace cute;
+  constexpr float kLog2e = 1.4426950408889634f;
+  AlibiRowsLog2<kRows> a;
+  a.minus_slope_log2 = -kLog2e * alibi.slope(b, head);
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) a.diag[r] = row0 + get<0>(coords(r, 0)) + len_k - len_q;
+  return a;
 }
 
 }  // namespace flashattn::cuda::sm80

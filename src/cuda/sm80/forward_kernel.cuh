@@ -5,7 +5,8 @@
 //
 // Per key tile, walking from the last tile to the first:
 //   S = Q K^T (mma.sync, operands by ldmatrix from swizzled shared memory)
-//   logits (softcap), mask (only on tiles that cut a row's window or the sequence end)
+//   logits (softcap), ALiBi (when given), mask (only on tiles that cut a row's window or the
+//   sequence end)
 //   online softmax (rescale O once per tile), [dropout on P (kDropout)], O += P V
 // K and V tiles are double-buffered against each other with cp.async: V(j) loads during
 // Q K(j)^T, K(j-1) during softmax and P V(j). Each warp owns 16-row slices of the tile, so the
@@ -18,6 +19,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "cuda/common/alibi.cuh"
 #include "cuda/common/device_math.cuh"
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
@@ -320,6 +322,22 @@ __global__ void __launch_bounds__(Traits::kThreads)
       } else if (params.negate_scores) {
         CUTE_UNROLL
         for (int i = 0; i < size(acc_s); ++i) acc_s(i) = -acc_s(i);
+      }
+      if (params.alibi.enabled()) {  // a uniform branch per tile (cuda/common/alibi.cuh)
+        const int key0 = tile * kBlockN;
+        // Opaque copies: the per-row terms below would otherwise be hoisted out of the tile loop
+        // and held in registers across it, on every path (this kernel already spills a little).
+        int row0 = blk.row0, batch = blk.batch, shift = blk.seq.len_k - blk.seq.len_q;
+        asm volatile("" : "+r"(row0), "+r"(batch), "+r"(shift));
+        add_alibi(
+            scores, [&](int r) { return blk.query_row(params, row0 + get<0>(score_coords(r, 0))) + shift; },
+            [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); },
+            [&](int r) {  // rows past the block (packed: heads past the group) get none
+              const int row = get<0>(score_coords(r, 0));
+              return row < blk.rows
+                         ? params.alibi_to_logit * params.alibi.slope(batch, blk.query_head(params, row0 + row))
+                         : 0.0f;
+            });
       }
       if (!blk.mask.tile_fully_visible(tile, kBlockN)) {
         // The visible keys of each of the thread's rows (recomputed here: cheaper than keeping

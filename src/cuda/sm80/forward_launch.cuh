@@ -60,6 +60,8 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
     f.logit_scale = std::fabs(p.scale);
   }
   f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
+  f.alibi = p.alibi;  // validation keeps logit_scale > 0 with ALiBi
+  f.alibi_to_logit = kLog2e / f.scale_log2;
   f.pack = 1;
   f.num_splits = 1;
   f.dropout = p.dropout;
@@ -191,11 +193,12 @@ void run_forward(const detail::ForwardProblem& problem) {
     else
       launch_forward<PrefillTraits, kColumns>(problem, params, problem.device_index, problem.num_splits);
   };
-  switch (column_mode(params.cols, HeadDim)) {
-    case ColumnMode::full: return launch(std::integral_constant<ColumnMode, ColumnMode::full>{});
-    case ColumnMode::vectors: return launch(std::integral_constant<ColumnMode, ColumnMode::vectors>{});
-    default: return launch(std::integral_constant<ColumnMode, ColumnMode::elements>{});
-  }
+  // Two column instances: `full`, and `any` (vectors or elements per piece at run time) for head
+  // dims below the width, so that dropout and the tile heights do not multiply three ways.
+  if (column_mode(params.cols, HeadDim) == ColumnMode::full)
+    launch(std::integral_constant<ColumnMode, ColumnMode::full>{});
+  else
+    launch(std::integral_constant<ColumnMode, ColumnMode::any>{});
 }
 
 }  // namespace flashattn::cuda::sm80

@@ -41,6 +41,10 @@ struct ForwardParams {
   // Dropout (common/philox.hpp), applied by the kernel instantiated with kDropout = true, which
   // runs with pack == 1 (a tile's rows are rows of one query head).
   detail::DropoutParams dropout;
+  // ALiBi (common/alibi.hpp), null data: off. The bias is added to the logits divided by
+  // logit_scale: alibi_to_logit = 1 / logit_scale.
+  detail::AlibiSlopes alibi;
+  float alibi_to_logit;
 
   // Query heads packed into the rows of one tile: 1, or `group` (then blockIdx.y is a KV head
   // and packed row r is query row r / pack of query head kv_head * group + r % pack).

@@ -2,7 +2,7 @@
 // The consumer warpgroups of the sm90 backward (backward_traits.cuh has the five GEMMs). Per
 // step (one query head's query block), warpgroup w, which owns 64 of the CTA's keys:
 //   1. S^T = K_w Q^T and dP^T = V_w dO^T, issued back to back;
-//   2. P^T = exp2(S^T * scale log2(e) - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
+//   2. P^T = exp2(S^T * scale log2(e) [+ ALiBi] - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
 //      masked where some (query, key) pair of the block is not visible;
 //   3. dS^T to shared memory; dV_w += P^T dO with P^T from registers;
 //   4. once both warpgroups have written dS: dQ[:, half w] = dS K[:, half w] and
@@ -18,6 +18,7 @@
 #include <cutlass/numeric_conversion.h>
 
 #include "cuda/common/dropout.cuh"
+#include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_tile.cuh"
@@ -45,11 +46,14 @@ CUTE_DEVICE auto convert_fragment(Fragment const& f) {
 
 // The element-wise middle of a step, on a thread's share of S^T and dP^T (rows: keys, columns:
 // queries; row-column views), in two halves so that the first runs while dP^T is computed.
-// P^T = exp2(x * log2(e) - LSE * log2(e)) with x = S * scale, or softcap * tanh(S * scale / softcap);
+// P^T = exp2(x * log2(e) - LSE * log2(e)) with x = S * scale, or softcap * tanh(S * scale / softcap),
+// plus bias(r, c) in base 2 when it is enabled (ALiBi: cuda/common/alibi.cuh);
 // 0 where `visible(r, c)` says the pair is masked (kMasked: some pair of the step may be).
 // dtanh: softcap only, 1 - tanh^2 per element for the second half.
-template <bool kMasked, bool kSoftcap, class Traits, class S, class LseOf, class Visible, class Dtanh>
-CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf lse_of, Visible visible, Dtanh& dtanh) {
+template <bool kMasked, bool kSoftcap, class Traits, class S, class LseOf, class Visible, class Dtanh,
+          class Bias = NoScoreBias>
+CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf lse_of, Visible visible, Dtanh& dtanh,
+                                  Bias const& bias = {}) {
   using namespace cute;
   CUTE_UNROLL
   for (int c = 0; c < size<1>(s); ++c) {
@@ -57,12 +61,14 @@ CUTE_DEVICE void to_probabilities(BackwardParams<Traits> const& p, S& s, LseOf l
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
       float prob;
+      float offset = -lse;
+      if constexpr (Bias::kEnabled) offset += bias(r, c);
       if constexpr (kSoftcap) {
         const float t = backward_tanh(s(r, c) * p.softcap_inner);
-        prob = exp2f(fmaf(t, p.softcap_outer_log2, -lse));
+        prob = exp2f(fmaf(t, p.softcap_outer_log2, offset));
         dtanh(r, c) = 1.0f - t * t;
       } else {
-        prob = exp2f(fmaf(s(r, c), p.scale_log2, -lse));
+        prob = exp2f(fmaf(s(r, c), p.scale_log2, offset));
       }
       if constexpr (kMasked) {
         if (!visible(r, c)) prob = 0.0f;
@@ -93,7 +99,10 @@ CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh 
 
 // One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
 // so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
-template <class Traits, bool kSoftcap, bool kDropout = false>
+// kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every step taking the masked
+// variant. A template flag: as a runtime branch it raised the consumers' spills at d = 128 from
+// 92 to 288 bytes of reloads (164 to 892 with softcap; ptxas, 2026-11-26) on every path.
+template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false>
 CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                        BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
                                        typename Traits::PipelinedO& pipeline_do,
@@ -191,7 +200,17 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
       else return 0;
     }();
     warpgroup_wait<1>();  // S^T done; dP^T may still run
-    to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+    if constexpr (kAlibi) {
+      // -slope * |query + shift - key| in base 2, from tile-local (key, query).
+      constexpr float kLog2e = 1.4426950408889634f;
+      const float minus_slope_log2 = -kLog2e * p.alibi.slope(t.batch, step.head);
+      const int base = row0 + shift - key0;
+      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh, score_bias([&](int r, int c) {
+        return minus_slope_log2 * fabsf(float(get<1>(coords(r, c)) - get<0>(coords(r, c)) + base));
+      }));
+    } else {
+      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+    }
     [[maybe_unused]] std::uint32_t keep_bits = 0;
     if constexpr (kDropout)
       keep_bits = transposed_keep_bits<decltype(size<2>(drop_coords))::value>(drop_coords, dropout_rng, t.batch,
@@ -242,7 +261,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     const BackwardTile::Step step = t.step(i);
     const BlockMask mask = query_block_mask(t, p.window_left, p.window_right, step.m_block, kBlockM);
     const bool full_rows = (step.m_block + 1) * kBlockM <= t.seq.len_q;
-    if (full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
+    if (!kAlibi && full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
       run_step(step, cute::false_type{});
     else
       run_step(step, cute::true_type{});

@@ -15,7 +15,7 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <class Traits, bool kSoftcap, bool kDropout = false>
+template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false>  // backward_consumer.cuh
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     typename PipelineQ::PipelineState state;  // Q's and dO's stages advance together
     for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-      run_backward_consumer<Traits, kSoftcap, kDropout>(params, smem, backward_tile(params, index), pipeline_q, pipeline_do,
+      run_backward_consumer<Traits, kSoftcap, kDropout, kAlibi>(params, smem, backward_tile(params, index), pipeline_q, pipeline_do,
                                               state, kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
   }
 #endif

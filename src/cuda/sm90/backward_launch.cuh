@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 
@@ -157,6 +158,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.softcap_inner = p.softcap ? problem.scale / problem.softcap : 0.f;
   p.softcap_outer_log2 = problem.softcap * kLog2e;
   p.dropout = problem.dropout;
+  p.alibi = problem.alibi;
   p.head_splits = rows.head_splits;
   p.dk_partial = rows.dk_partial;
   p.dv_partial = rows.dv_partial;
@@ -174,19 +176,19 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.tile_counter = tile_counter;
   const dim3 main_grid(unsigned(std::min<long long>(tiles, sm_count)));
   if (tiles > 0) {
-    if (problem.dropout.enabled()) {  // without softcap (the dispatcher rejects the pair)
-      constexpr auto kernel = &backward_kernel<Traits, false, true>;
+    // Instances: (softcap, ALiBi), ALiBi's keeping their registers out of the others', and dropout
+    // (without softcap: the dispatcher rejects the pair; with ALiBi it runs the sm80 backward).
+    auto run = [&](auto softcap, auto dropout, auto alibi) {
+      constexpr auto kernel =
+          &backward_kernel<Traits, decltype(softcap)::value, decltype(dropout)::value, decltype(alibi)::value>;
       allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
       kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
-    } else if (p.softcap) {
-      constexpr auto kernel = &backward_kernel<Traits, true>;
-      allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
-      kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
-    } else {
-      constexpr auto kernel = &backward_kernel<Traits, false>;
-      allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
-      kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
-    }
+    };
+    using T = std::true_type;
+    using F = std::false_type;
+    if (problem.dropout.enabled()) run(F{}, T{}, F{});
+    else if (p.alibi.enabled()) p.softcap ? run(T{}, F{}, T{}) : run(F{}, F{}, T{});
+    else p.softcap ? run(T{}, F{}, F{}) : run(F{}, F{}, F{});
     FA_CUDA_CHECK_LAUNCH();
   }
 

@@ -3,6 +3,8 @@
 // descriptors must live in parameter memory), and the layout of its fp32 dQ accumulator.
 #include <cstdint>
 
+#include "common/alibi.hpp"
+
 #include "common/host_device.hpp"
 #include "common/problem.hpp"
 
@@ -51,6 +53,7 @@ struct BackwardParams {
   float softcap_outer_log2;  // softcap only: softcap * log2(e)
   bool softcap;
   detail::DropoutParams dropout;  // read by the kernel instantiated with kDropout
+  detail::AlibiSlopes alibi;  // null data: no ALiBi (common/alibi.hpp)
 
   // The query heads of one KV head are split into head_splits chunks, one tile each; with more
   // than one, each tile writes fp32 partial dK/dV [split][dense_rows_k][heads_kv][head_dim].

@@ -22,6 +22,7 @@
 #include "cuda/common/device_math.cuh"
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
+#include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/forward_epilogue.cuh"
 #include "cuda/sm90/forward_params.cuh"
@@ -167,8 +168,8 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     }
     trace(TraceEvent::planned);
 
-    // Raw q.k -> logits, then the mask where some row of this warpgroup does not see every key
-    // of the block.
+    // Raw q.k -> logits, ALiBi's bias (cuda/common/alibi.cuh) when given, then the mask where
+    // some row of this warpgroup does not see every key of the block.
     auto to_logits = [&](int block) {
       if (p.transform == ScoreTransform::softcap) {
 #pragma unroll
@@ -178,6 +179,14 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = -tSrS(i);
       }
       const int key0 = block * kBlockN;
+      if (p.alibi.enabled()) {  // a uniform branch per block; the plan is re-read from the slot
+        TileWork const& w = slot.work;
+        const float slope = p.alibi_to_logit * p.alibi.slope(w.coord.batch, w.coord.head);
+        const int diag0 = w.row0 + w.seq.len_k - w.seq.len_q;
+        add_alibi(
+            scores, [&](int r) { return diag0 + get<0>(score_coords(r, 0)); },
+            [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, [&](int) { return slope; });
+      }
       if (key0 < unmasked_begin || key0 + kBlockN > unmasked_end)
         mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
     };

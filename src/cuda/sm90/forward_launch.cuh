@@ -91,6 +91,8 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   // A zero scale makes every visible key equally likely; a tiny positive one keeps the max
   // arithmetic (and masked keys at exactly 0) intact.
   f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
+  f.alibi = p.alibi;  // validation keeps logit_scale > 0 with ALiBi
+  f.alibi_to_logit = kLog2e / f.scale_log2;
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long kv_bytes =

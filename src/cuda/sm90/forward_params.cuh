@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/philox.hpp"
+#include "common/alibi.hpp"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
 
@@ -45,6 +46,10 @@ struct ForwardParams {
   float softcap_input;  // softcap only: tanh argument per unit of q.k
   float scale_log2;     // logit -> log2 units
   float logit_scale;    // logit -> natural-log units (for the LSE)
+  // ALiBi (common/alibi.hpp), null data: off. Added to the logits times alibi_to_logit
+  // (1 / logit_scale).
+  detail::AlibiSlopes alibi;
+  float alibi_to_logit;
 
   TileOrder order;
   // The last partial wave dealt out as units of key blocks (forward_tail_split.cuh); inactive:
