@@ -126,7 +126,7 @@ void check_alibi(const AttentionOptions& o, const Layout& L, const TensorView& q
   if (a.rank != 1 && a.rank != 2)
     fail("alibi_slopes", "1 dimension (heads_q,) or 2 (batch, heads_q)",
          std::to_string(a.rank) + " (shape " + shape_string(a) + ")");
-  check_tensor("alibi_slopes", a, a.rank, Access::elements);
+  check_tensor("alibi_slopes", a, a.rank);
   check_dtype("alibi_slopes", a, DType::f32);
   check_same_placement("alibi_slopes", a, q);
   if (a.rank == 1) check_shape("alibi_slopes", a, {L.heads_q}, "(heads_q,) =");

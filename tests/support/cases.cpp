@@ -366,6 +366,7 @@ std::vector<Case> shared_cases(TableFor backend) {
     big.seqlen_k = 200;
     big.head_dim = 128;
     if (backend == TableFor::cuda) add(big);
+  }
   // ALiBi (common/alibi.hpp): both slope shapes, causal and not, seqlen_q != seqlen_k both ways,
   // a window, softcap (the bias comes after it), GQA (and decoding, where the sm80 family packs
   // the query heads of a group into the rows of one tile, each row with its own slope),
@@ -548,6 +549,7 @@ std::vector<Case> tiny_cases() {
   c.alibi = Alibi::batch_heads;
   t.push_back(c);
   c.name = "tiny_dropout";
+  c.alibi = Alibi::none;
   c.window_left = c.window_right = -1;
   c.seqlen_q = 5;
   c.seqlen_k = 20;

@@ -29,13 +29,15 @@ namespace flashattn::cuda::sm80 {
 // kSoftcap: the scores pass through softcap * tanh(scores / softcap). kAccumulateDq: dQ by
 // atomics (off in deterministic mode). kColumns: how tile columns move
 // (common/head_columns.cuh): `full` at head dim kHeadDim with 16-byte aligned rows; otherwise
-// columns past the head dim are zero-filled on load and not stored. kDropout: dropout on P
-// (p.dropout). kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every tile taking
-// the masked step. Template parameters, so that no step carries the code (or the registers) of a
-// case it is not: this kernel runs at 255 registers, and ALiBi as a runtime branch inside it
-// raised its spills from 8-104 to 224-332 bytes (ptxas, d = 128, 2026-11-26).
+// columns past the head dim are zero-filled on load and not stored. kExtras: the kernel that
+// serves ALiBi (cuda/common/alibi.cuh; every tile then takes the masked step) and dropout on P
+// (p.dropout), each by a uniform run-time branch, and both dQ modes (dq_accum null: deterministic).
+// Template parameters, so that no step carries the code (or the registers) of a case it is not:
+// this kernel runs at 255 registers, and ALiBi as a run-time branch in every kernel raised the
+// spills from 8-104 to 224-332 bytes (ptxas, d = 128, 2026-11-26); one extras instance instead of
+// a flag each keeps this file's instances (and build time) from multiplying.
 template <class Traits, bool kSoftcap, bool kAccumulateDq, ColumnMode kColumns = ColumnMode::full,
-          bool kDropout = false, bool kAlibi = false>
+          bool kExtras = false>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     backward_dkdv_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -163,7 +165,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kRows = decltype(size<0>(s_coords))::value;
   [[maybe_unused]] Tensor s_coords_acc = thr_sdp.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
   [[maybe_unused]] DropoutStream dropout_rng;
-  if constexpr (kDropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
+  const bool alibi = kExtras && p.alibi.enabled(), dropout = kExtras && p.dropout.enabled();
+  // The extras instance serves both dQ modes: deterministic mode leaves dq_accum null.
+  const bool accumulate_dq = kAccumulateDq && (!kExtras || p.dq_accum != nullptr);
+  if (dropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
   // The S/dP warps sit side by side along the keys unless there is one column of them.
   constexpr bool kPairedTiles = kDropoutPairedTiles<Traits::kWarps / Traits::kSdPWarpsM>;
 
@@ -182,7 +187,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       make_shape(make_shape(DqBlock{}, Int<kBlockM / kDqBlock>{}), make_shape(DqBlock{}, Int<kHeadDim / kDqBlock>{})),
       make_stride(make_stride(DqBlock{}, dq_group_stride), make_stride(_1{}, Int<kDqBlock * kDqBlock>{})));
   Tensor tdQgdQ = thr_dq.partition_C(make_tensor(
-      make_gmem_ptr(kAccumulateDq ? p.dq_accum + p.dq_accum_offset(p.dq_accum_row(b, seq.dense_q, row_first),
+      make_gmem_ptr(kAccumulateDq && p.dq_accum ? p.dq_accum + p.dq_accum_offset(p.dq_accum_row(b, seq.dense_q, row_first),
                                                                    head_first, 0, kHeadDim)
                                   : nullptr),
       dq_tile_layout));
@@ -228,16 +233,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
     [[maybe_unused]] DropoutBits<decltype(size(acc_s))::value> keep;
-    if constexpr (kDropout) {
+    if (dropout) {
       keep.template draw<kPairedTiles>(acc_s, s_coords_acc, dropout_rng, b, head, row0, key0);
       keep.scale(acc_dp, p.dropout.keep_scale);  // dP z
     }
-    if constexpr (kAlibi)
+    if (alibi)
       scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0,
                                              alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
     else
       scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, tile_mask, key0);
-    if constexpr (kDropout) keep.scale(acc_s, p.dropout.keep_scale);  // P z, for dV
+    if (dropout) keep.scale(acc_s, p.dropout.keep_scale);  // P z, for dV
 
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), tPsP);
     copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), tdSsdS);
@@ -248,7 +253,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     load_dout(next);
     cp_async_fence();
 
-    if constexpr (kAccumulateDq) {
+    if (accumulate_dq) {  // a compile-time constant except in the extras instance
       // Whole blocks, rows past the sequence's end included (they add zeros to the padding):
       // no branches, so the compiler interleaves the atomics with the dK GEMM below.
       Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
@@ -267,7 +272,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int row0 = current.m_block * kBlockM;
     const BlockMask tile_mask{seq.len_q, seq.len_k, p.window_left, p.window_right, row0,
                               min(row0 + kBlockM, seq.len_q) - 1};
-    if (!kAlibi && tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
+    if (!alibi && tile_mask.tile_fully_visible(blockIdx.x, kBlockN))
       run_step(step & 1, current, next, tile_mask, cute::false_type{});
     else
       run_step(step & 1, current, next, tile_mask, cute::true_type{});

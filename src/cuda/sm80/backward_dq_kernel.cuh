@@ -14,9 +14,8 @@
 
 namespace flashattn::cuda::sm80 {
 
-// kSoftcap, kColumns, kDropout, kAlibi: as in the main kernel (backward_dkdv_kernel.cuh).
-template <class Traits, bool kSoftcap, ColumnMode kColumns = ColumnMode::full, bool kDropout = false,
-          bool kAlibi = false>
+// kSoftcap, kColumns, kExtras: as in the main kernel (backward_dkdv_kernel.cuh).
+template <class Traits, bool kSoftcap, ColumnMode kColumns = ColumnMode::full, bool kExtras = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     backward_dq_kernel(const __grid_constant__ BackwardParams p) {
   using namespace cute;
@@ -92,7 +91,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int kRows = decltype(size<0>(s_coords))::value;
   [[maybe_unused]] Tensor s_coords_acc = thr_mma.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));
   [[maybe_unused]] DropoutStream dropout_rng;
-  if constexpr (kDropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
+  const bool alibi = kExtras && p.alibi.enabled(), dropout = kExtras && p.dropout.enabled();
+  if (dropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
   float lse_log2[kRows], delta[kRows];
   const std::int64_t stats_offset = std::int64_t(head) * p.dense_rows_q + seq.dense_q + row0;
   load_row_stats(lse_log2, delta, s_coords, p.lse_log2 + stats_offset, p.delta + stats_offset, valid_rows);
@@ -130,10 +130,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
-    if constexpr (kDropout)  // dS = P (dP z - D): z = keep / (1 - p) on dP; warps along rows only
+    if (dropout)  // dS = P (dP z - D): z = keep / (1 - p) on dP; warps along rows only
       apply_dropout_scaled<kDropoutPairedTiles<1>>(acc_dp, s_coords_acc, dropout_rng, b, head, row0, key0,
                                                    p.dropout.keep_scale);
-    if constexpr (kAlibi)
+    if (alibi)
       scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0,
                                              alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));
     else
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     gemm_reg_smem(mma, acc_dq, make_tensor(ds.data(), accumulator_as_a_operand_layout(ds.layout())), tdQrKt, tdQsKt(_, _, _, stage), ldsm_bt);
   };
   for (int i = 0; i < n_count; ++i) {
-    if (!kAlibi && mask.tile_fully_visible(n_first + i, kBlockN))
+    if (!alibi && mask.tile_fully_visible(n_first + i, kBlockN))
       run_block(i, cute::false_type{});
     else
       run_block(i, cute::true_type{});

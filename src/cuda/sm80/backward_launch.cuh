@@ -140,44 +140,38 @@ void run_backward_with(const detail::BackwardProblem& problem) {
   const dim3 main_grid(n_blocks, problem.heads_kv * p.head_splits, batch);
   // The instances, which bound this file's build time: tile columns `full` at head dim HeadDim
   // with 16-byte aligned operands, else `any` (common/head_columns.cuh: whole vectors or element by
-  // element, chosen per piece at run time); softcap, dQ by atomics, ALiBi (its registers kept out
-  // of the other kernels) and dropout as template flags. Dropout has no softcap kernels: the
-  // dispatcher rejects the pair, as flash-attn.
+  // element, chosen per piece at run time); softcap and dQ by atomics as template flags; ALiBi
+  // and dropout in one extras instance per softcap, with `any` columns, which serves both dQ modes
+  // (backward_dkdv_kernel.cuh).
   const bool full_columns = column_mode(p.cols, HeadDim) == ColumnMode::full;
-  const bool dropout = problem.dropout.enabled(), alibi = p.alibi.enabled(), softcap = p.softcap > 0;
+  const bool extras = problem.dropout.enabled() || p.alibi.enabled();
   const dim3 dq_grid(ceil_div(problem.seqlen_q, DqOnly::kBlockM), problem.heads_q, batch);
-  // f(softcap, dropout, alibi) with each flag as a std::bool_constant.
-  auto with_flags = [&](auto f) {
-    with_flag(alibi, [&](auto a) {
-      if (dropout) f(std::false_type{}, std::true_type{}, a);
-      else with_flag(softcap, [&](auto s) { f(s, std::false_type{}, a); });
-    });
-  };
-  with_flags([&](auto s, auto d, auto a) {
-    with_flag(!problem.deterministic, [&](auto accumulate_dq) {
-      constexpr bool kS = decltype(s)::value, kD = decltype(d)::value, kA = decltype(a)::value;
-      constexpr bool kAcc = decltype(accumulate_dq)::value;
-      if (full_columns)
-        launch(backward_dkdv_kernel<Main, kS, kAcc, ColumnMode::full, kD, kA>, main_grid, Main::kThreads,
+  with_flag(p.softcap > 0, [&](auto softcap) {
+    constexpr bool kS = decltype(softcap)::value;
+    auto main_kernel = [&](auto accumulate_dq, auto with_extras) {
+      constexpr bool kAcc = decltype(accumulate_dq)::value, kX = decltype(with_extras)::value;
+      if (full_columns && !kX)
+        launch(backward_dkdv_kernel<Main, kS, kAcc, ColumnMode::full, kX>, main_grid, Main::kThreads,
                Main::kSmemBytes, stream, p);
       else
-        launch(backward_dkdv_kernel<Main, kS, kAcc, ColumnMode::any, kD, kA>, main_grid, Main::kThreads,
+        launch(backward_dkdv_kernel<Main, kS, kAcc, ColumnMode::any, kX>, main_grid, Main::kThreads,
                Main::kSmemBytes, stream, p);
+    };
+    if (extras) main_kernel(std::true_type{}, std::true_type{});
+    else with_flag(!problem.deterministic, [&](auto accumulate_dq) { main_kernel(accumulate_dq, std::false_type{}); });
+    if (!problem.deterministic) return;
+    with_flag(extras, [&](auto with_extras) {
+      constexpr bool kX = decltype(with_extras)::value;
+      if (full_columns && !kX)
+        launch(backward_dq_kernel<DqOnly, kS, ColumnMode::full, kX>, dq_grid, DqOnly::kThreads, DqOnly::kSmemBytes,
+               stream, p);
+      else
+        launch(backward_dq_kernel<DqOnly, kS, ColumnMode::any, kX>, dq_grid, DqOnly::kThreads, DqOnly::kSmemBytes,
+               stream, p);
     });
   });
-  if (problem.deterministic) {
-    with_flags([&](auto s, auto d, auto a) {
-      constexpr bool kS = decltype(s)::value, kD = decltype(d)::value, kA = decltype(a)::value;
-      if (full_columns)
-        launch(backward_dq_kernel<DqOnly, kS, ColumnMode::full, kD, kA>, dq_grid, DqOnly::kThreads,
-               DqOnly::kSmemBytes, stream, p);
-      else
-        launch(backward_dq_kernel<DqOnly, kS, ColumnMode::any, kD, kA>, dq_grid, DqOnly::kThreads,
-               DqOnly::kSmemBytes, stream, p);
-    });
-  } else {
+  if (!problem.deterministic)
     launch(backward_dq_convert_kernel<Element, HeadDim>, q_rows_grid, Rows::kThreads, 0, stream, p);
-  }
   if (split_group)
     launch(backward_kv_reduce_kernel<Element, HeadDim>,
            dim3(ceil_div(problem.seqlen_k, Rows::kRowsPerBlock), problem.heads_kv, batch), Rows::kThreads, 0,

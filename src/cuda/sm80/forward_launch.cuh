@@ -177,7 +177,7 @@ void run_forward(const detail::ForwardProblem& problem) {
   using DecodeTraits = ForwardTraits<Element, HeadDim, kDecode.block_m, kDecode.block_n, kDecode.warps>;
 
   ForwardParams params = make_forward_params(problem);
-  // Dropout: one extra kernel per column mode, prefill tiles, query heads never packed into
+  // Dropout: one extra kernel, prefill tiles, query heads never packed into
   // rows (dropout's stream is laid out per query head; common/philox.hpp).
   const bool dropout = problem.dropout.enabled();
   if (!dropout) params.pack = choose_pack(problem, kPrefill);
@@ -186,8 +186,8 @@ void run_forward(const detail::ForwardProblem& problem) {
   // Tiles are chosen by the width (the work per tile is the width's, whatever the head dim).
   auto launch = [&](auto columns) {
     constexpr ColumnMode kColumns = decltype(columns)::value;
-    if (dropout)
-      launch_forward<PrefillTraits, kColumns, true>(problem, params, problem.device_index, problem.num_splits);
+    if (dropout)  // one instance: `any` columns serve every head dim
+      launch_forward<PrefillTraits, ColumnMode::any, true>(problem, params, problem.device_index, problem.num_splits);
     else if (decode)
       launch_forward<DecodeTraits, kColumns>(problem, params, problem.device_index, problem.num_splits);
     else
