@@ -92,6 +92,20 @@ std::vector<KvCase> kv_cases() {
     c.rotary_dim = 64;
     t.push_back(c);
   }
+  // Paged rows at head dims below the kernel width, not 16-byte aligned (d = 59: rows move element
+  // by element) and aligned (d = 80): the paged loads go through the same column rule as the
+  // contiguous ones (the first run of flash-attn's suite on 2026-11-26 faulted here).
+  for (int d : {59, 80}) {
+    KvCase c;
+    c.name = "prefill_paged16_hd" + std::to_string(d) + "_causal";
+    c.head_dim = d;
+    c.page_size = 16;
+    c.cache_rows = 160;
+    c.cache_seqlens = {30, 140};
+    c.seqlen_q = c.seqlen_new = 17;
+    c.causal = true;
+    t.push_back(c);
+  }
   return t;
 }
 

@@ -249,8 +249,12 @@ __global__ void __launch_bounds__(Traits::kThreads)
                      kv_col0;
         }
         CUTE_UNROLL
-        for (int k = 0; k < size<2>(tKVc); ++k)
-          cp_async_16(&smem_part(0, m, k), row_ptr + (valid ? get<1>(tKVc(0, m, k)) - kv_col0 : 0), valid);
+        for (int k = 0; k < size<2>(tKVc); ++k) {
+          // Through load_piece like the contiguous rows: a head dim below the width (or rows that
+          // are not 16-byte aligned) must not take whole 16-byte copies.
+          const int dcol = get<1>(tKVc(0, m, k)) - kv_col0;  // compile-time
+          load_piece<kColumns>(&smem_part(0, m, k), row_ptr + dcol, valid, kv_col0 + dcol, params.cols);
+        }
       }
       return;
     }
