@@ -308,8 +308,12 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.seqlen_q = 17;
     c.seqlen_k = 300;
     add(c);
-    c.name = "dropout_seqlen1";
-    c.seqlen_q = c.seqlen_k = 1;
+    // One query row over 3 keys. (Over a single key dQ and dK are exactly zero, P = 1 and
+    // dS = dP z - D cancels, so their relative error is rounding noise over zero: the 1 x 1 case
+    // failed the tolerance on some seeds.)
+    c.name = "dropout_q1_k3";
+    c.seqlen_q = 1;
+    c.seqlen_k = 3;
     add(c);
     c.name = "dropout_window_gqa";
     c.heads_q = 8;
