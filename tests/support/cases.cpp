@@ -308,12 +308,13 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.seqlen_q = 17;
     c.seqlen_k = 300;
     add(c);
-    // One query row over 3 keys. (Over a single key dQ and dK are exactly zero, P = 1 and
+    // One query row over 33 keys. (Over a single key dQ and dK are exactly zero, P = 1 and
     // dS = dP z - D cancels, so their relative error is rounding noise over zero: the 1 x 1 case
-    // failed the tolerance on some seeds.)
-    c.name = "dropout_q1_k3";
+    // failed the tolerance on some seeds, and so did 1 x 3 in bf16, where few keys leave dS
+    // mostly cancelled.)
+    c.name = "dropout_q1_k33";
     c.seqlen_q = 1;
-    c.seqlen_k = 3;
+    c.seqlen_k = 33;
     add(c);
     c.name = "dropout_window_gqa";
     c.heads_q = 8;
