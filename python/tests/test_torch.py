@@ -209,7 +209,7 @@ def test_gradient_is_once_differentiable():
 # ---- errors ------------------------------------------------------------------------------------
 
 
-def test_unimplemented_features_raise_not_implemented():
+def test_bad_block_table_and_dropout_raise_value_error():
     q = make((1, 8, 2, 32), "cpu", torch.float32, 50)
     cu = torch.tensor([0, 8], dtype=torch.int32)
     # Paged K/V is built (test_kvcache.py); packed (not paged) K with a block_table is an error.
