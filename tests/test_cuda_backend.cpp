@@ -88,6 +88,11 @@ TEST_P(CudaBackend, Backward) {
 
 TEST_P(CudaBackend, DeterministicBackward) {
   if (!backward_built(test_case().head_dim, dtype())) GTEST_SKIP() << not_built("backward", test_case().head_dim, dtype());
+  // The sm90 backward orders its dQ adds only up to head dim 128 (src/cuda/sm90/api.hpp);
+  // unforced, wider head dims run the sm80 family's deterministic mode.
+  const char* forced = forced_family();
+  if (forced && std::strcmp(forced, "sm90") == 0 && test_case().head_dim > 128)
+    GTEST_SKIP() << "deterministic mode above head dim 128 is not in the sm90 family";
   expect_backward_ok(test_case(), dtype(), DeviceKind::cuda, true);
 }
 

@@ -80,6 +80,47 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.causal = true;
     add(c);
   }
+  // Head dims 192 and 256 with the paths of the wide kernels (the sm90 backward splits the head
+  // dim between its warpgroups there and adds dQ from the consumers): variable length with an
+  // empty sequence, GQA with the group split over CTAs, a sliding window, softcap, ALiBi,
+  // seqlen_q > seqlen_k under a causal mask (rows that see no key), padded rows.
+  for (int d : {192, 256}) {
+    const std::string hd = "hd" + std::to_string(d);
+    Case c;
+    c.head_dim = d;
+    c.name = hd + "_varlen_causal";
+    c.batch = 3;
+    c.lens_q = {70, 0, 129};
+    c.lens_k = {90, 7, 129};
+    c.causal = true;
+    add(c);
+    c = Case{};
+    c.head_dim = d;
+    c.name = hd + "_gqa4_window_padded";
+    c.batch = 2;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.seqlen_q = 150;
+    c.seqlen_k = 190;
+    c.window_left = 40;
+    c.window_right = 7;
+    c.layout = Layout::padded;
+    add(c);
+    c = Case{};
+    c.head_dim = d;
+    c.name = hd + "_softcap_q_longer_causal";
+    c.seqlen_q = 140;
+    c.seqlen_k = 65;
+    c.causal = true;
+    c.softcap = 5.0f;
+    add(c);
+    c.name = hd + "_alibi";
+    c.softcap = 0.0f;
+    c.causal = false;
+    c.alibi = Alibi::batch_heads;
+    c.batch = 2;
+    add(c);
+  }
   // Head dims between the widths with the other paths: padded rows (no column past the head dim
   // may be written), variable length, GQA, split-KV decoding, strided (bhsd) layouts.
   {

@@ -27,11 +27,12 @@ inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, b
 }
 
 // Whether this family handles the problem (features it does not cover fall back to sm80).
-// Covered: f16/bf16, the built head dims (forward 64/96/128/192/256, backward 64/96/128), causal,
+// Covered: f16/bf16, the built head dims (forward and backward 64/96/128/192/256), causal,
 // sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
 // as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
 // V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores). Dropout and ALiBi
-// both ways (the backward not the two together).
+// both ways (the backward not the two together). Deterministic mode in the backward up to head
+// dim 128.
 // Pointers and strides must be 16-byte multiples (TMA's rule, and the plain loads' and stores'
 // 16-byte vectors), so the head dim a multiple of 8 (common/head_columns.cuh: `vectors`). The
 // forward runs a head dim below its kernel's width: the TMA views have the head dim's extent, so
@@ -44,7 +45,8 @@ inline bool supports_forward(const detail::ForwardProblem& p) {
 inline bool supports_backward(const detail::BackwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.dout, true) && head_columns(p).vectors &&
-         !(p.dropout.enabled() && p.alibi.enabled());  // no instance for the pair: sm80 runs it
+         !(p.dropout.enabled() && p.alibi.enabled()) &&  // no instance for the pair: sm80 runs it
+         !(p.deterministic && p.head_dim > 128);  // ordered dQ adds only up to 128 (backward_traits.cuh)
 }
 
 template <class Element, int HeadDim>

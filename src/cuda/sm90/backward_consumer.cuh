@@ -97,6 +97,34 @@ CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh 
   }
 }
 
+// A tile's dK or dV (acc, times `scale`) for the keys inside the sequence: acc's element i is
+// (key0 + row, col0 + col) with (row, col) = coords(i); fp32 partials when the query heads of the
+// KV head are split over several CTAs (p.head_splits > 1: `partial` is set).
+template <class Traits, class Acc, class Coords>
+CUTE_DEVICE void store_key_gradients(BackwardParams<Traits> const& p, BackwardTile const& t, Acc const& acc,
+                                     Coords const& coords, int key0, int col0, detail::SeqTensor const& out,
+                                     float* partial, float scale) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {  // fragment pairs are adjacent columns of one row
+    const int key = key0 + get<0>(coords(i)), col = col0 + get<1>(coords(i));
+    if (key >= t.seq.len_k) continue;
+    if (partial == nullptr) {
+      Element* dst = static_cast<Element*>(out.data) + t.batch * out.batch_stride +
+                     (t.seq.row_k + key) * out.seq_stride + std::int64_t(t.kv_head) * out.head_stride + col;
+      cutlass::Array<Element, 2> pair;
+      pair[0] = Element(acc(i) * scale);
+      pair[1] = Element(acc(i + 1) * scale);
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(dst) = pair;
+    } else {
+      float* dst = partial +
+                   ((t.split * p.dense_rows_k + t.seq.dense_k + key) * p.heads_kv + t.kv_head) * Traits::kHeadDim + col;
+      *reinterpret_cast<float2*>(dst) = make_float2(acc(i) * scale, acc(i + 1) * scale);
+    }
+  }
+}
+
 // One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
 // so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
 // kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every step taking the masked
@@ -272,29 +300,10 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     ++kv_tiles;
   }
 
-  // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO, for the keys inside the sequence; fp32
-  // partials when the query heads of the KV head are split over several CTAs.
+  // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO.
   Tensor out_coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kHeadDim>>{}));
-  auto store = [&](auto const& acc, detail::SeqTensor const& out, float* partial, float scale) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {  // fragment pairs are adjacent columns of one row
-      const int key = key0 + get<0>(out_coords(i)), col = get<1>(out_coords(i));
-      if (key >= t.seq.len_k) continue;
-      if (partial == nullptr) {
-        Element* dst = static_cast<Element*>(out.data) + t.batch * out.batch_stride +
-                       (t.seq.row_k + key) * out.seq_stride + std::int64_t(t.kv_head) * out.head_stride + col;
-        cutlass::Array<Element, 2> pair;
-        pair[0] = Element(acc(i) * scale);
-        pair[1] = Element(acc(i + 1) * scale);
-        *reinterpret_cast<cutlass::Array<Element, 2>*>(dst) = pair;
-      } else {
-        float* dst = partial + ((t.split * p.dense_rows_k + t.seq.dense_k + key) * p.heads_kv + t.kv_head) * kHeadDim + col;
-        *reinterpret_cast<float2*>(dst) = make_float2(acc(i) * scale, acc(i + 1) * scale);
-      }
-    }
-  };
-  store(acc_dk, p.dk, p.dk_partial, p.scale);
-  store(acc_dv, p.dv, p.dv_partial, 1.0f);
+  store_key_gradients<Traits>(p, t, acc_dk, out_coords, key0, 0, p.dk, p.dk_partial, p.scale);
+  store_key_gradients<Traits>(p, t, acc_dv, out_coords, key0, 0, p.dv, p.dv_partial, 1.0f);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -1,14 +1,16 @@
 #pragma once
 // The sm90 backward kernel: sets up shared memory and barriers, then splits into the producer
-// warpgroup (warp 0: TMA loads; warp 1: dQ reduce-adds; few registers) and the two consumer
-// warpgroups (wgmma and the element-wise middle, many registers). Persistent: one CTA per SM
-// takes tiles (blocks of keys, backward_tile.cuh) until none is left.
+// warpgroup (warp 0: TMA loads; warp 1: dQ reduce-adds where the consumers stage dQ; few
+// registers) and the two consumer warpgroups (wgmma and the element-wise middle, many
+// registers; backward_consumer.cuh, or backward_consumer_split.cuh at head dims 192 and 256).
+// Persistent: one CTA per SM takes tiles (blocks of keys, backward_tile.cuh) until none is left.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "cuda/sm90/backward_consumer.cuh"
+#include "cuda/sm90/backward_consumer_split.cuh"
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_producer.cuh"
 #include "cuda/sm90/backward_tile.cuh"
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (leader) next = atomicAdd(params.tile_counter, 1) + int(gridDim.x);
         index = __shfl_sync(0xffffffffu, next, 0);
       }
-    } else if (warp == 1) {
+    } else if (warp == 1 && !Traits::kSplitHeadDim) {
       for (int index = next_tile(); index < params.num_tiles; index = next_tile())
         run_dq_writer(params, smem, backward_tile(params, index), lane);
       if (lane == 0) cute::tma_store_wait<0>();  // shared memory must outlive the last add's read
@@ -97,9 +99,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     typename PipelineQ::PipelineState state;  // Q's and dO's stages advance together
-    for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-      run_backward_consumer<Traits, kSoftcap, kDropout, kAlibi>(params, smem, backward_tile(params, index), pipeline_q, pipeline_do,
-                                              state, kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
+    for (int index = next_tile(); index < params.num_tiles; index = next_tile()) {
+      const BackwardTile tile = backward_tile(params, index);
+      if constexpr (Traits::kSplitHeadDim)
+        run_backward_consumer_split<Traits, kSoftcap, kDropout, kAlibi>(params, smem, tile, pipeline_q, pipeline_do,
+                                                                       state, kv_tiles, int(threadIdx.x) % 128,
+                                                                       warp_group - 1);
+      else
+        run_backward_consumer<Traits, kSoftcap, kDropout, kAlibi>(params, smem, tile, pipeline_q, pipeline_do, state,
+                                                                 kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
+    }
   }
 #endif
 }

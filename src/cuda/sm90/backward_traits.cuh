@@ -2,16 +2,24 @@
 // Compile-time shape of the sm90 backward for one (dtype, head dim): tiles, warpgroup roles,
 // the five wgmma GEMMs, shared-memory layouts and the TMA copies.
 //
-// One CTA owns kBlockN = 128 keys of one KV head and walks the query blocks (kBlockM rows) that
-// see them. Warpgroup 0 is the producer: warp 0 issues every TMA load, warp 1 adds each step's
-// dQ into the fp32 accumulator in global memory (bulk reduce-add). Two consumer warpgroups each
-// own 64 of the keys and compute, per query block,
-//   S^T  = K_w Q^T      dP^T = V_w dO^T          (SS: both operands in shared memory)
-//   P^T, dS^T from S^T, dP^T, LSE and D           (registers)
-//   dV_w += P^T dO      dK_w += dS^T Q             (RS: P^T, dS^T straight from registers)
-//   dQ[:, half w] = dS K[:, half w]               (SS: dS through shared memory, both halves)
-// Computing S transposed puts P^T and dS^T in the registers where the dV and dK GEMMs want their
-// A operand, so neither goes through shared memory; only dS does, once, for dQ.
+// Warpgroup 0 is the producer: warp 0 issues every TMA load; warp 1 adds each step's dQ into the
+// fp32 accumulator in global memory (bulk reduce-add). Two consumer warpgroups compute, per
+// query block of kBlockM rows, S^T, dP^T, P^T and dS^T, and the dK, dV and dQ GEMMs. Two
+// arrangements, by head dim:
+// - Up to 128 (keys split): one CTA owns kBlockN = 128 keys; warpgroup w owns 64 of them:
+//     S^T  = K_w Q^T      dP^T = V_w dO^T          (SS: both operands in shared memory)
+//     dV_w += P^T dO      dK_w += dS^T Q             (RS: P^T, dS^T straight from registers)
+//     dQ[:, half w] = dS K[:, half w]               (SS: dS through shared memory)
+//   Computing S transposed puts P^T and dS^T in the registers where the dV and dK GEMMs want
+//   their A operand; only dS goes through shared memory, once, for dQ.
+// - 192 and 256 (head dim split): 64 keys x head dim of dK and dV no longer fit a warpgroup's
+//   registers, so a CTA owns kBlockN = 64 keys and warpgroup w owns half of the head dim:
+//     S^T_w = K Q_w^T     dP^T_w = V dO_w^T         (Q_w, dO_w: query rows 32w..32w+31)
+//     P^T, dS^T of both warpgroups through shared memory, then
+//     dV[:, half w] += P^T dO[:, half w]   dK[:, half w] += dS^T Q[:, half w]
+//     dQ[:, half w]  = dS K[:, half w]                (all SS)
+//   and each consumer adds its dQ to global memory itself (red.global.add.v4.f32): a step's fp32
+//   dQ staged in shared memory (64 KB at 256) does not fit beside two stages of Q and dO.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
@@ -23,11 +31,13 @@ namespace flashattn::cuda::sm90 {
 
 using namespace cute;
 
-// Head dims with an sm90 backward: the keys' dK/dV accumulators (64 keys x head dim, twice) stay
-// in a consumer's registers up to 128; larger head dims run the sm80 family.
+// Head dims with an sm90 backward.
 constexpr bool backward_head_dim_supported(int head_dim) {
-  return head_dim == 64 || head_dim == 96 || head_dim == 128;
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;
 }
+// Whether a head dim runs the head-dim-split arrangement (above), whose consumers add dQ
+// themselves: no dQ writer warp, so no deterministic (ordered) adds.
+constexpr bool backward_splits_head_dim(int head_dim) { return head_dim > 128; }
 
 template <class Element_, int kHeadDim_>
 struct BackwardTraits {
@@ -35,12 +45,16 @@ struct BackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(backward_head_dim_supported(kHeadDim));
 
-  static constexpr int kBlockN = 128;  // keys per CTA
-  static constexpr int kBlockM = 64;   // query rows per step
-  static constexpr int kKeysPerWarpGroup = 64;
-  static constexpr int kConsumerWarpGroups = kBlockN / kKeysPerWarpGroup;
+  static constexpr bool kSplitHeadDim = backward_splits_head_dim(kHeadDim);
+  static constexpr int kBlockN = kSplitHeadDim ? 64 : 128;  // keys per CTA
+  static constexpr int kBlockM = 64;                        // query rows per step
+  static constexpr int kConsumerWarpGroups = 2;
+  // A consumer warpgroup's share of S^T (keys x queries) and of dK/dV (keys x columns).
+  static constexpr int kKeysPerWarpGroup = kSplitHeadDim ? kBlockN : kBlockN / kConsumerWarpGroups;
+  static constexpr int kQueriesPerWarpGroup = kSplitHeadDim ? kBlockM / kConsumerWarpGroups : kBlockM;
+  static constexpr int kDkvCols = kSplitHeadDim ? kHeadDim / kConsumerWarpGroups : kHeadDim;
   static constexpr int kDqCols = kHeadDim / kConsumerWarpGroups;  // dQ columns per warpgroup
-  static constexpr int kStages = 2;                                 // Q (with LSE), dO (with D), dS
+  static constexpr int kStages = 2;                               // Q (with LSE), dO (with D), dS
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
   // setmaxnreg: 65536 / 384 threads gives 168 each at launch; the two producer warps need few.
@@ -50,23 +64,30 @@ struct BackwardTraits {
                 "setmaxnreg asks for more registers than the launch gives the CTA");
 
   // The GEMMs, each for one warpgroup.
-  using TileShapeSdP = Shape<Int<kKeysPerWarpGroup>, Int<kBlockM>, Int<kHeadDim>>;  // S^T, dP^T
-  using TileShapedKV = Shape<Int<kKeysPerWarpGroup>, Int<kHeadDim>, Int<kBlockM>>;  // dK, dV
-  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;              // dQ half
+  using TileShapeSdP = Shape<Int<kKeysPerWarpGroup>, Int<kQueriesPerWarpGroup>, Int<kHeadDim>>;  // S^T, dP^T
+  using TileShapedKV = Shape<Int<kKeysPerWarpGroup>, Int<kDkvCols>, Int<kBlockM>>;               // dK, dV
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;                           // dQ half
   using MmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileShapeSdP>()));
-  using MmadKV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, TileShapedKV, GMMA::Major::K, GMMA::Major::MN>()));
+  // dK/dV: P^T and dS^T from registers (keys split) or from shared memory (head dim split).
+  static auto dkv_op() {
+    if constexpr (kSplitHeadDim)
+      return GMMA::ss_op_selector<Element, Element, float, TileShapedKV, GMMA::Major::K, GMMA::Major::MN>();
+    else
+      return GMMA::rs_op_selector<Element, Element, float, TileShapedKV, GMMA::Major::K, GMMA::Major::MN>();
+  }
+  using MmadKV = decltype(make_tiled_mma(dkv_op()));
   using MmadQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, TileShapedQ, GMMA::Major::MN, GMMA::Major::MN>()));
-  static_assert(decltype(size<1>(typename MmaSdP::AtomShape_MNK{}))::value == kBlockM);
-  static_assert(decltype(size<1>(typename MmadKV::AtomShape_MNK{}))::value == kHeadDim);
+  static_assert(decltype(size<1>(typename MmaSdP::AtomShape_MNK{}))::value == kQueriesPerWarpGroup);
+  static_assert(decltype(size<1>(typename MmadKV::AtomShape_MNK{}))::value == kDkvCols);
   static_assert(decltype(size<1>(typename MmadQ::AtomShape_MNK{}))::value == kDqCols);
 
   // Shared memory. Q, dO, K and V are stored as in global memory (head dim contiguous). Q and dO
   // serve as K-major B operands (S^T, dP^T) and, viewed transposed, as MN-major B operands (dK,
   // dV); K as a K-major A operand (S^T) and, transposed, as the MN-major B of the dQ GEMMs, whose
-  // halves of the head dim must each start on a swizzle atom: hence K's atom follows kDqCols.
-  using LayoutAtomQ = decltype(smem_layout_atom<Element, kHeadDim, GMMA::Major::K>());
+  // halves of the head dim must each start on a swizzle atom: hence K's atom follows kDqCols, and
+  // Q's and dO's follow kDkvCols (the head-dim-split dK/dV GEMMs read their halves).
+  using LayoutAtomQ = decltype(smem_layout_atom<Element, kDkvCols, GMMA::Major::K>());
   using SmemLayoutQ = decltype(tile_to_shape(LayoutAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutdO = SmemLayoutQ;
   using SmemLayoutQt = decltype(composition(
@@ -86,6 +107,8 @@ struct BackwardTraits {
       SmemLayoutdS{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kStages>>{},
                                   Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
   using StoredS = Copy_Atom<SM90_U32x4_STSM_N, Element>;
+  // Head dim split only: P^T in the same layout as dS, for the dV GEMM (keys split: 1 element).
+  static constexpr int kPtElems = kSplitHeadDim ? int(cosize_v<SmemLayoutdS>) : 1;
   // Per query block: LSE * log2(e) and D = rowsum(dO * O), fp32. TMA starts a box only on a
   // 16-byte boundary of its innermost dimension, and a query block's first row is one only when
   // its sequence's is: each stage holds kStatRows rows from the 4-row boundary at or before the
@@ -98,11 +121,13 @@ struct BackwardTraits {
   // same order in the global accumulator, which backward_dq_convert.cuh reads back.
   static constexpr int kDqElems = kBlockM * kDqCols;  // per warpgroup
   static_assert(kDqElems % (128 * 4) == 0);
+  static constexpr int kDqStagedElems = kSplitHeadDim ? 4 : kConsumerWarpGroups * kDqElems;
 
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;   // Q and its LSE rows
   using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
   using PipelineTile = cutlass::PipelineAsync<2>;          // tile indices, producer warp -> the others
-  static constexpr int kTileReaders = kConsumerThreads + 32;  // the consumers and the dQ writer warp
+  // The consumers and (keys split) the dQ writer warp.
+  static constexpr int kTileReaders = kConsumerThreads + (kSplitHeadDim ? 0 : 32);
 
   struct SharedStorage {
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
@@ -110,7 +135,8 @@ struct BackwardTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cosize_v<SmemLayoutdO>, 1024> dout;
     cute::array_aligned<Element, cosize_v<SmemLayoutdS>, 1024> ds;
-    cute::array_aligned<float, kConsumerWarpGroups * kDqElems, 128> dq;
+    cute::array_aligned<Element, kPtElems, (kSplitHeadDim ? 1024 : 16)> pt;
+    cute::array_aligned<float, kDqStagedElems, 128> dq;
     cute::array_aligned<float, cosize_v<SmemLayoutRowStats>, 128> lse;
     cute::array_aligned<float, cosize_v<SmemLayoutRowStats>, 128> delta;
     typename PipelineQ::SharedStorage pipeline_q;
