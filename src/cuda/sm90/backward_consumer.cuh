@@ -100,27 +100,66 @@ CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh 
 // A tile's dK or dV (acc, times `scale`) for the keys inside the sequence: acc's element i is
 // (key0 + row, col0 + col) with (row, col) = coords(i); fp32 partials when the query heads of the
 // KV head are split over several CTAs (p.head_splits > 1: `partial` is set).
+//
+// In the output dtype each thread holds, per row, one pair of adjacent columns in every group of 8,
+// and the 4 threads of a quad the 4 pairs of a group: stored as they are, a warp's store covers
+// 8 rows x 16 bytes, half of eight 32-byte sectors, with 4-byte stores. So the quad first
+// transposes its pairs (4 groups at a time), and each thread stores one group, 16 bytes, whole:
+// a quarter of the store instructions, whole sectors (the output's rows are 16-byte aligned
+// wherever the sm90 backward runs: sm90/api.hpp).
 template <class Traits, class Acc, class Coords>
 CUTE_DEVICE void store_key_gradients(BackwardParams<Traits> const& p, BackwardTile const& t, Acc const& acc,
                                      Coords const& coords, int key0, int col0, detail::SeqTensor const& out,
                                      float* partial, float scale) {
   using namespace cute;
   using Element = typename Traits::Element;
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {  // fragment pairs are adjacent columns of one row
-    const int key = key0 + get<0>(coords(i)), col = col0 + get<1>(coords(i));
-    if (key >= t.seq.len_k) continue;
-    if (partial == nullptr) {
-      Element* dst = static_cast<Element*>(out.data) + t.batch * out.batch_stride +
-                     (t.seq.row_k + key) * out.seq_stride + std::int64_t(t.kv_head) * out.head_stride + col;
-      cutlass::Array<Element, 2> pair;
-      pair[0] = Element(acc(i) * scale);
-      pair[1] = Element(acc(i + 1) * scale);
-      *reinterpret_cast<cutlass::Array<Element, 2>*>(dst) = pair;
-    } else {
+  if (partial != nullptr) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {  // fragment pairs are adjacent columns of one row
+      const int key = key0 + get<0>(coords(i)), col = col0 + get<1>(coords(i));
+      if (key >= t.seq.len_k) continue;
       float* dst = partial +
                    ((t.split * p.dense_rows_k + t.seq.dense_k + key) * p.heads_kv + t.kv_head) * Traits::kHeadDim + col;
       *reinterpret_cast<float2*>(dst) = make_float2(acc(i) * scale, acc(i + 1) * scale);
+    }
+    return;
+  }
+  // acc is ((2, 2, G), 1, 1): element c + 2 h + 4 j is column pair c of group j, row half h.
+  constexpr int kGroups = decltype(size(acc))::value / 4;
+  static_assert(kGroups % 4 == 0, "whole quads of column groups");
+  const int quad_lane = int(threadIdx.x % 4);
+  const int quad_base = int(threadIdx.x % 32) - quad_lane;
+  auto pair_word = [&](int i) {
+    cutlass::Array<Element, 2> pair;
+    pair[0] = Element(acc(i) * scale);
+    pair[1] = Element(acc(i + 1) * scale);
+    return *reinterpret_cast<uint32_t*>(&pair);
+  };
+  CUTE_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + get<0>(coords(2 * h));
+    const bool inside = key < t.seq.len_k;
+    Element* row = static_cast<Element*>(out.data) + t.batch * out.batch_stride + (t.seq.row_k + key) * out.seq_stride +
+                   std::int64_t(t.kv_head) * out.head_stride;
+    CUTE_UNROLL
+    for (int g = 0; g < kGroups; g += 4) {
+      uint32_t words[4];  // this thread's pair in groups g .. g + 3
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) words[j] = pair_word(4 * (g + j) + 2 * h);
+      // Round k: thread q sends its pair of group g + (q + k) % 4 and receives the pair of group
+      // g + q held by thread (q - k) % 4, which is column pair (q - k) % 4 of that group.
+      uint32_t vec[4] = {0u, 0u, 0u, 0u};
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int send_j = (quad_lane + k) & 3, from = (quad_lane - k) & 3;
+        const uint32_t send = send_j == 0 ? words[0] : send_j == 1 ? words[1] : send_j == 2 ? words[2] : words[3];
+        const uint32_t got = k == 0 ? send : __shfl_sync(0xffffffffu, send, quad_base + from);
+        CUTE_UNROLL
+        for (int c = 0; c < 4; ++c) vec[c] = c == from ? got : vec[c];
+      }
+      // Group g + q's first column: this thread's column in group g, less its pair's offset, plus q groups.
+      const int col = col0 + get<1>(coords(4 * g)) - 2 * quad_lane + 8 * quad_lane;
+      if (inside) *reinterpret_cast<uint4*>(row + col) = make_uint4(vec[0], vec[1], vec[2], vec[3]);
     }
   }
 }

@@ -136,14 +136,19 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
   constexpr uint32_t kBytes = Traits::kDqElems * sizeof(float);
   constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
+  auto release_staging = [&] {  // once the adds issued so far have read the staging buffers
+    if (lane == 0) cute::tma_store_wait<0>();
+    __syncwarp();
+#pragma unroll
+    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
+  };
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
     const std::int64_t block = first_block + step.m_block;
     float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, block);
-    if (lane == 0) cute::tma_store_wait<0>();  // the previous step's adds have read the staging
-    __syncwarp();
-#pragma unroll
-    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
+    // The staging is free for this step once the previous step's adds have read it: signalled at
+    // the end of the previous step within a tile (below), here for a tile's first.
+    if (s == 0) release_staging();
     int* counter = nullptr;
     if (p.dq_semaphore != nullptr) {
       counter = p.dq_semaphore + std::int64_t(step.head) * p.dq_layout.blocks_per_head + block;
@@ -156,10 +161,11 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
       NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
       if (lane == 0) bulk_reduce_add(dst + w * Traits::kDqElems, smem.dq.data() + w * Traits::kDqElems, kBytes);
     }
-    if (lane == 0) {
-      cute::tma_store_arrive();  // commits the step's adds as one group
-      if (counter != nullptr) pass_turn(counter);
-    }
+    if (lane == 0) cute::tma_store_arrive();  // commits the step's adds as one group
+    // The consumers may stage the next step's dQ as soon as these adds have read this one, before
+    // (deterministic mode) the adds complete in global memory and the turn passes.
+    if (s + 1 < t.steps) release_staging();
+    if (lane == 0 && counter != nullptr) pass_turn(counter);
     __syncwarp();
   }
 }
