@@ -171,6 +171,7 @@ TEST(Validation, Options) {
   expect_forward_error([](auto& c) { c.args.softmax_scale = std::nanf(""); }, "softmax_scale", "finite");
   expect_forward_error([](auto& c) { c.args.softcap = -1; }, "softcap", ">= 0");
   expect_forward_error([](auto& c) { c.args.window_left = -2; }, "window_left", ">= -1");
+  expect_forward_error([](auto& c) { c.args.sm_margin = -1; }, "sm_margin", ">= 0");
   expect_forward_error([](auto& c) { c.args.window_right = -5; }, "window_right", ">= -1");
 }
 

@@ -63,6 +63,11 @@ struct AttentionOptions {
   std::uint64_t dropout_offset = 0;
   TensorView dropout_state;
   void* stream = nullptr;  // cudaStream_t for CUDA tensors
+  // CUDA: streaming multiprocessors that the persistent (sm90) kernels leave free for kernels
+  // running beside them on other streams, such as a communication library's (whose kernels
+  // cannot start on an SM these kernels fill). >= 0; at least one SM is always used. The sm80
+  // kernels, whose CTAs come and go, ignore it; so does the CPU.
+  int sm_margin = 0;
 };
 
 struct ForwardArgs : AttentionOptions {

@@ -67,6 +67,9 @@ def main():
     p.add_argument("--heads", default="32/32,32/8", help="query/kv heads, comma-separated")
     p.add_argument("--strategies", default="ring,all_to_all")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--sm-margins", default="0",
+                   help="ring only: also run with these sm_margin values (SMs left free for NCCL), "
+                        "reported as ring_margin<m>")
     p.add_argument("--json", help="write the results here (rank 0)")
     p.add_argument("--no-single", action="store_true",
                    help="skip the 1-GPU run (1M tokens: minutes, and more memory than an 80 GB GPU has)")
@@ -96,11 +99,16 @@ def main():
             kv_bytes = 2 * (n // world) * hk * d * 2
             row = dict(seqlen=n, heads_q=hq, heads_kv=hk, one_gpu_fwd_ms=one[0], one_gpu_bwd_ms=one[1],
                        ring_step_bytes_fwd=kv_bytes, ring_step_bytes_bwd=3 * kv_bytes)
+            variants = []
             for strategy in args.strategies.split(","):
                 if strategy == "all_to_all" and hq % world:
                     continue
+                margins = [int(m) for m in args.sm_margins.split(",")] if strategy == "ring" else [0]
+                variants += [(strategy if m == 0 else f"{strategy}_margin{m}", strategy, m) for m in margins]
+            for strategy, kind, margin in variants:
                 for name, c in (("", comm), ("_compute_only", null)):
-                    run = lambda a, b, c_, s=strategy, cm=c: fcp.attention(a, b, c_, causal=True, strategy=s, comm=cm)  # noqa: E731
+                    run = lambda a, b, c_, s=kind, cm=c, m=margin: fcp.attention(  # noqa: E731
+                        a, b, c_, causal=True, strategy=s, comm=cm, sm_margin=m)
                     f, b = fwd_bwd(run, shards[:3], shards[3], args.reps)
                     row[f"{strategy}{name}_fwd_ms"], row[f"{strategy}{name}_bwd_ms"] = f, b
                 for direction in ("fwd", "bwd"):
@@ -110,7 +118,7 @@ def main():
             rows.append(row)
             if rank == 0:
                 line = f"n={n} heads {hq}/{hk}: 1 GPU fwd {one[0]:.1f} bwd {one[1]:.1f} ms"
-                for strategy in args.strategies.split(","):
+                for strategy, _, _ in variants:
                     if f"{strategy}_fwd_ms" in row:
                         line += (f" | {strategy} fwd {row[f'{strategy}_fwd_ms']:.1f} bwd {row[f'{strategy}_bwd_ms']:.1f} ms"
                                  f" eff {row[f'{strategy}_fwd_efficiency']:.2f}/{row[f'{strategy}_bwd_efficiency']:.2f}"

@@ -34,6 +34,7 @@ struct Options {
   nb::handle dropout_state;
   std::optional<std::uintptr_t> stream;
   nb::handle alibi_slopes;
+  int sm_margin;
 };
 
 // Fills the library's options; `q`/`view_q` pick the stream when the caller names none.
@@ -53,6 +54,7 @@ void apply(const Options& o, TensorViews& views, nb::handle q, const TensorView&
   a.dropout_state = views.input(o.dropout_state, "dropout_state", kRngStateDType);
   a.alibi_slopes = views.input(o.alibi_slopes, "alibi_slopes", kLseDType);  // float32
   a.stream = reinterpret_cast<void*>(o.stream ? *o.stream : current_stream(q, view_q));
+  a.sm_margin = o.sm_margin;
 }
 
 // Runs `call(args)` with the GIL released.
@@ -124,6 +126,8 @@ head_dim: 1 to 256 on the GPU (every head dim, on the next wider kernel), up to 
 window_size: (left, right), -1 (or a size >= seqlen_k) unbounded; causal sets right = 0.
 softcap: 0 = off. alibi_slopes: float32 (heads_q,) or (batch, heads_q): ALiBi, the score of query
 i and key j gains -slope * |i + seqlen_k - seqlen_q - j| (after softcap); no gradient.
+sm_margin: CUDA, SMs that the persistent (Hopper) kernels leave free for kernels running beside
+them on other streams (a communication library's); 0 = none.
 block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
 page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)
 int32, packed calls only: sequence b uses its first seqused_k[b] keys.
@@ -189,16 +193,17 @@ NB_MODULE(_C, m) {
   "softcap"_a = 0.0f, "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none(),             \
   "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "dropout_p"_a = 0.0f, "dropout_seed"_a = 0,          \
   "dropout_offset"_a = 0, "dropout_state"_a = nb::none(), "stream"_a = nb::none(),                 \
-  "alibi_slopes"_a = nb::none()
+  "alibi_slopes"_a = nb::none(), "sm_margin"_a = 0
 #define FA_OPTION_PARAMS                                                                          \
   std::optional<float> softmax_scale, bool causal, std::pair<int, int> window_size, float softcap, \
       nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,        \
       float dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,                   \
-      nb::handle dropout_state, std::optional<std::uintptr_t> stream, nb::handle alibi_slopes
+      nb::handle dropout_state, std::optional<std::uintptr_t> stream, nb::handle alibi_slopes, int sm_margin
 #define FA_OPTIONS                                                                               \
   Options {                                                                                      \
     softmax_scale, causal, window_size, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,       \
-        max_seqlen_k, dropout_p, dropout_seed, dropout_offset, dropout_state, stream, alibi_slopes \
+        max_seqlen_k, dropout_p, dropout_seed, dropout_offset, dropout_state, stream, alibi_slopes, \
+        sm_margin                                                                                \
   }
 
   m.def(

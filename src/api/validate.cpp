@@ -239,6 +239,7 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
     fail("softmax_scale", "a finite number", std::to_string(*o.softmax_scale));
   if (!std::isfinite(o.softcap) || o.softcap < 0)
     fail("softcap", "a finite number >= 0 (0 = off)", std::to_string(o.softcap));
+  if (o.sm_margin < 0) fail("sm_margin", ">= 0 (SMs left free; 0 = none)", std::to_string(o.sm_margin));
   if (o.window_left < -1) fail("window_left", ">= -1 (-1 = unbounded)", std::to_string(o.window_left));
   if (o.window_right < -1) fail("window_right", ">= -1 (-1 = unbounded)", std::to_string(o.window_right));
   // causal with any window_right: causal sets it to 0 (fill_problem), as flash-attn does.
@@ -261,6 +262,7 @@ void fill_problem(Problem& p, const AttentionOptions& o, const Layout& L, const 
   p.device = q.device;
   p.device_index = q.device_index;
   p.stream = o.stream;
+  p.sm_margin = o.sm_margin;
   p.batch = L.batch;
   p.heads_q = L.heads_q;
   p.heads_kv = L.heads_kv;

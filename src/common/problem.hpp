@@ -34,6 +34,7 @@ struct Problem {
   DeviceKind device = DeviceKind::cpu;
   int device_index = 0;
   void* stream = nullptr;
+  int sm_margin = 0;  // SMs the persistent CUDA kernels leave free (AttentionOptions::sm_margin)
 
   int batch = 0;
   int heads_q = 0;

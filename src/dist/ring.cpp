@@ -95,6 +95,7 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
       const RingWork& w = works[j];
       ForwardArgs f;
       set_work_options(f, args, z, w);
+      f.sm_margin = ticket >= 0 ? args.sm_margin : 0;  // SMs for the transfer's kernels
       f.q = z.part(args.q, w.qh);
       f.k = z.part(kv[cur].k, w.kp);
       f.v = z.part(kv[cur].v, w.kp);
@@ -155,6 +156,7 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
       if (j >= slots) dkv_step[slots++] = kv_buffer(ws, args.k.dtype, args.k, args.v);
       BackwardArgs b;
       set_work_options(b, args, z, w);
+      b.sm_margin = kv_ticket >= 0 || dkv_ticket >= 0 ? args.sm_margin : 0;  // SMs for the transfers' kernels
       b.deterministic = args.deterministic;
       b.q = z.part(args.q, w.qh);
       b.k = z.part(kv[cur].k, w.kp);

@@ -121,6 +121,23 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.batch = 2;
     add(c);
   }
+  // sm_margin (GPU table only; the CPU ignores it): every SM but one left free, so the persistent
+  // sm90 kernels run one CTA through all the tiles (causal and GQA: tiles of unequal length).
+  if (backend == TableFor::cuda) {
+    for (int d : {128, 256}) {
+      Case c;
+      c.name = "sm_margin_one_sm_gqa_causal_hd" + std::to_string(d);
+      c.head_dim = d;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = 300;
+      c.seqlen_k = 260;
+      c.causal = true;
+      c.sm_margin = 1 << 20;
+      add(c);
+    }
+  }
   // Head dims between the widths with the other paths: padded rows (no column past the head dim
   // may be written), variable length, GQA, split-KV decoding, strided (bhsd) layouts.
   {

@@ -39,6 +39,7 @@ struct Case {
   std::vector<int> lens_q, lens_k;  // non-empty: variable length with these sequence lengths
   Layout layout = Layout::bshd;
   bool with_lse = true;
+  int sm_margin = 0;  // AttentionOptions::sm_margin
 
   bool varlen() const { return !lens_q.empty(); }
 };

@@ -119,6 +119,7 @@ void fill_options(AttentionOptions& o, const Case& c, TensorView cu_q, TensorVie
   o.window_left = c.window_left;
   o.window_right = c.window_right;
   o.softcap = c.softcap;
+  o.sm_margin = c.sm_margin;
   if (c.varlen()) {
     o.cu_seqlens_q = cu_q;
     o.cu_seqlens_k = cu_k;

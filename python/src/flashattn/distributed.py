@@ -212,7 +212,8 @@ class _ContextParallel(torch.autograd.Function):
 def attention(q: Tensor, k: Tensor, v: Tensor, group=None, *, causal: bool = False,
               softmax_scale: Optional[float] = None, softcap: float = 0.0, strategy: str = "ring",
               cu_seqlens: Optional[Tensor] = None, max_seqlen: Optional[int] = None,
-              deterministic: bool = False, return_lse: bool = False, comm=None):  # fmt: skip
+              deterministic: bool = False, return_lse: bool = False, comm=None,
+              sm_margin: int = 0):  # fmt: skip
     """Attention over the whole sequence whose zigzag shards the ranks of `group` hold.
 
     q: this rank's shard, (batch, seqlen_local, nheads, headdim), or packed (total_local, nheads,
@@ -223,6 +224,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, group=None, *, causal: bool = Fal
     this rank's shards. Every rank of the group must call it with the same shapes and options.
     strategy: "ring" or "all_to_all". comm: a flashattn communicator to use instead of the group's
     (:func:`communicator`, or ``flashattn._C.python_communicator`` over any transport).
+    sm_margin: SMs that the attention kernels leave free while a ring transfer is in flight, so
+    that NCCL's kernels start at once instead of after them (Hopper's persistent kernels fill
+    every SM; docs/DESIGN.md, context parallelism, has the measurement).
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
@@ -236,7 +240,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, group=None, *, causal: bool = Fal
         raise ValueError("max_seqlen: expected the global longest document with cu_seqlens, got None")
     options = dict(strategy=strategy, softmax_scale=None if softmax_scale is None else float(softmax_scale),
                    causal=bool(causal), softcap=float(softcap), cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
-                   max_seqlen_q=int(max_seqlen or 0), max_seqlen_k=int(max_seqlen or 0))
+                   max_seqlen_q=int(max_seqlen or 0), max_seqlen_k=int(max_seqlen or 0), sm_margin=int(sm_margin))
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     out, lse = _ContextParallel.apply(q, k, v, comm, options, bool(deterministic))
     return (out, lse) if return_lse else out

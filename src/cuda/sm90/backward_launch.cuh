@@ -40,8 +40,9 @@ void run_backward(const detail::BackwardProblem& problem) {
     throw Error(ErrorKind::unsupported, "batch", "at most 65535 sequences on the sm90 backward",
                 std::to_string(problem.batch));
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
-  const auto [sm_count, l2_bytes] = device_facts(problem.device_index);
+  const auto [sms, l2_bytes] = device_facts(problem.device_index);
   (void)l2_bytes;
+  const int sm_count = usable_sms(problem, sms);
 
   // The row pass's parameters (the sm80 family's layout of the per-row workspace). The row
   // statistics are read by TMA, whose per-head stride must be a multiple of 16 bytes.

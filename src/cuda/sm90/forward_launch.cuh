@@ -186,7 +186,8 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
 template <class Element, int HeadDim>
 void run_forward(const detail::ForwardProblem& p) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
-  const auto [sm_count, l2_bytes] = device_facts(p.device_index);
+  const auto [sms, l2_bytes] = device_facts(p.device_index);
+  const int sm_count = usable_sms(p, sms);
   if constexpr (HeadDim <= 64) {
     if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
       return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);

@@ -60,6 +60,10 @@ inline DeviceFacts device_facts(int device) {
   return {sms[device].load(std::memory_order_acquire), l2s[device].load(std::memory_order_relaxed)};
 }
 
+// The SMs a persistent kernel of problem p spreads over: all but the caller's margin
+// (AttentionOptions::sm_margin), at least one. Its tile order and wave planning count these.
+inline int usable_sms(const detail::Problem& p, int sm_count) { return std::max(1, sm_count - p.sm_margin); }
+
 // Raises a kernel's dynamic shared-memory limit, once per device.
 template <auto kKernel>
 void allow_shared_memory(int bytes, int device) {
