@@ -253,6 +253,11 @@ __global__ void __launch_bounds__(Traits::kThreads)
       }
     }
   };
+  // Paged rows: where the O accumulator leaves room (<= 64 floats a thread: the decode tiles up to
+  // d = 128), a tile within one page runs the contiguous loop, pages of a thread's row step skip
+  // the division, and the page entries are read before the copies; elsewhere (the prefill tiles,
+  // which spill already) one path, row by row, keeps the registers those variants would take.
+  constexpr bool kPagedFastPaths = kBlockM * kHeadDim / Traits::kThreads <= 64;
   auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile) {
     const std::int64_t seq_stride = layout.seq_stride;
     const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
@@ -265,7 +270,14 @@ __global__ void __launch_bounds__(Traits::kThreads)
       const int page_size = params.kv.pages.page_size;
       // The thread's first row, counted from the start of the tile's first page.
       const int offset0 = first_row + first_key - span.page0 * page_size;
-      if (span.pages == 1) {  // one page (pages of >= kBlockN rows, mostly): rows as contiguous
+      if constexpr (!kPagedFastPaths) {
+        load_rows(smem_part, first_key, [&](int, int row, bool valid) {
+          const int slot = Pages::page_of(params, offset0 + row);
+          return seq_base + std::int64_t(std::uint32_t(pages[valid ? slot : 0])) * layout.batch_stride +
+                 std::int64_t(std::uint32_t(offset0 + row - slot * page_size)) * seq_stride + kv_col0;
+        });
+        return;
+      } else if (span.pages == 1) {  // one page (pages of >= kBlockN rows, mostly): rows as contiguous
         first_piece = seq_base + std::int64_t(std::uint32_t(pages[0])) * layout.batch_stride +
                       offset0 * seq_stride + kv_col0;
       } else {
