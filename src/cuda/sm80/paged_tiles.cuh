@@ -14,9 +14,10 @@
 // when K(t - 1) is issued they are there. The first tile's entries are fetched before Q is loaded.
 // A loader then finds a row's page by a multiply-shift division by the page size (FastDivmod, set
 // on the host) and a shared-memory read; no global load stands before any cp.async of K or V.
-// Two slot sets, by tile parity: tile t's entries are read by V(t) (iteration t) after tile
-// t - 1's have been fetched (same iteration), and tile t + 1's set is rewritten only after the
-// barrier that follows V(t + 1)'s issue.
+// Two slot sets, by tile parity: tile t - 1's entries are copied (iteration t, after V(t)'s copies
+// are issued) into the set that held tile t + 1's, whose last reader, the issue of V(t + 1), came
+// before the barrier that opens iteration t; they are read by K(t - 1) after the barrier that
+// follows the wait for V(t), and by V(t - 1) in the next iteration.
 // Nothing here is held in registers across the tile loop: the page size and the block table come
 // from the kernel parameters (constant memory), the slots from a fixed shared-memory offset.
 #include <cstdint>
