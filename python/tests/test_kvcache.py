@@ -159,6 +159,10 @@ def test_block_table_bounds(device):
         flash_attn_with_kvcache(q, kc, vc, k=kn, v=kn, cache_seqlens=full, block_table=table)
     with pytest.raises(ValueError, match="block_table"):
         flash_attn_with_kvcache(q, kc, vc, cache_seqlens=full + 1, block_table=table)
+    with pytest.raises(KvCacheBoundsError, match="block_table"):  # an int: checked on the host
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=257, block_table=table)
+    with pytest.raises(KvCacheBoundsError, match="block_table"):
+        flash_attn_with_kvcache(q, kc, vc, k=kn, v=kn, cache_seqlens=256, block_table=table)
     assert torch.equal(kc, kc0)
     out = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=full, block_table=table)
     assert not out.isnan().any()

@@ -106,6 +106,59 @@ std::vector<KvCase> kv_cases() {
     c.causal = true;
     t.push_back(c);
   }
+  // Pages against the key tile (the sm80 decode tile holds 128 keys, the prefill tile 64; a
+  // thread's rows are 16 apart, 32 at d = 96): pages as large as the tile, larger, smaller; tiles
+  // that start inside a page (cache_leftpad), so that a tile spans one page more; sequences that
+  // end inside a page. The kernel takes different address paths for a tile within one page, for
+  // pages of 16 rows (or of a thread's row step) and for the rest (cuda/sm80/paged_tiles.cuh).
+  {
+    KvCase c;
+    c.heads_q = 8;
+    c.name = "decode_paged128_gqa4";  // pages of one decode tile
+    c.page_size = 128;
+    c.cache_rows = 512;
+    c.cache_seqlens = {129, 383};
+    t.push_back(c);
+    c.name = "decode_paged16_leftpad_gqa4";  // 128-key tiles over 9 pages of 16
+    c.page_size = 16;
+    c.cache_rows = 320;
+    c.cache_seqlens = {200, 290};
+    c.leftpad = {3, 13};
+    t.push_back(c);
+    c.name = "decode_paged512_leftpad_gqa4";  // a tile across the boundary of two large pages
+    c.page_size = 512;
+    c.cache_rows = 1024;
+    c.cache_seqlens = {700, 1000};
+    c.leftpad = {100, 0};
+    t.push_back(c);
+    c.name = "decode_paged80_gqa4";  // pages that neither divide nor are divided by the tile
+    c.page_size = 80;
+    c.cache_rows = 400;
+    c.cache_seqlens = {333, 17};
+    c.leftpad = {};
+    t.push_back(c);
+  }
+  for (int page : {16, 32}) {  // d = 96: a thread's rows are 32 apart (two pages of 16, one of 32)
+    KvCase c;
+    c.name = "decode_paged" + std::to_string(page) + "_hd96_leftpad";
+    c.head_dim = 96;
+    c.page_size = page;
+    c.cache_rows = 320;
+    c.cache_seqlens = {301, 150};
+    c.leftpad = {0, 7};
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.name = "chunked_prefill_paged64_leftpad_causal";  // pages of one prefill tile, tiles inside pages
+    c.page_size = 64;
+    c.cache_rows = 256;
+    c.cache_seqlens = {100, 190};
+    c.leftpad = {5, 0};
+    c.seqlen_q = 64;
+    c.causal = true;
+    t.push_back(c);
+  }
   return t;
 }
 

@@ -332,18 +332,22 @@ class KvCacheBoundsError(ValueError, RuntimeError):
     there; this is both a ValueError, as flashattn's argument errors are, and a RuntimeError)."""
 
 
-def _check_pages_fit(lengths: Tensor, appended: int, block_table: Tensor, page_size: int) -> None:
+def _check_pages_fit(lengths, appended: int, block_table: Tensor, page_size: int) -> None:
     """Raises KvCacheBoundsError when a sequence needs more rows than its row of block_table
-    holds (flash-attn's check). On CUDA tensors this reads one number back (a synchronization),
-    as flash-attn does on its paged path; skipped while a CUDA graph is captured or compiled."""
-    if not isinstance(lengths, Tensor) or not isinstance(block_table, Tensor) or block_table.dim() != 2:
+    holds (flash-attn's check). lengths: an int (every sequence's, checked on the host) or a
+    tensor. On CUDA tensors this reads one number back (a synchronization), as flash-attn does on
+    its paged path; skipped while a CUDA graph is captured or compiled."""
+    if not isinstance(block_table, Tensor) or block_table.dim() != 2:
         return  # the library reports malformed arguments
-    if lengths.numel() == 0 or torch.compiler.is_compiling():
-        return
-    if lengths.is_cuda and torch.cuda.is_current_stream_capturing():
-        return
+    if isinstance(lengths, int):
+        longest = lengths + appended
+    else:
+        if not isinstance(lengths, Tensor) or lengths.numel() == 0 or torch.compiler.is_compiling():
+            return
+        if lengths.is_cuda and torch.cuda.is_current_stream_capturing():
+            return
+        longest = int(lengths.max().item()) + appended
     capacity = block_table.shape[1] * int(page_size)
-    longest = int(lengths.max().item()) + appended
     if longest > capacity:
         raise KvCacheBoundsError(
             f"flashattn: cache_seqlens: expected every sequence (with {appended} appended rows) to fit the pages "
@@ -392,13 +396,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                              f"got {cache.stride(-1)}")
     if k is not None:
         k, v = _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v")
-    if isinstance(cache_seqlens, int):
-        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     window_left, window_right = (int(w) for w in window_size)
     if causal:
         window_right = 0
     if block_table is not None and cache_seqlens is not None and k_cache.dim() == 4:
+        # An int is checked on the host; a tensor costs a device-to-host read (see the function).
         _check_pages_fit(cache_seqlens, 0 if k is None else k.shape[1], block_table, k_cache.shape[1])
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     out = torch.empty_like(q)
     lse = _empty_lse(q, False) if return_softmax_lse else None
     with torch.no_grad():

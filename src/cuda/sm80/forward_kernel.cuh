@@ -27,6 +27,7 @@
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/warp_gemm.cuh"
 #include "cuda/sm80/forward_params.hpp"
+#include "cuda/sm80/paged_tiles.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -107,10 +108,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   Element* out_base = static_cast<Element*>(params.out);
   const int kv_head = blk.kv_head(params);
   // K/V: the sequence's first row (contiguous), or its head within a page (paged: rows are
-  // placed through the block table, common/kv_layout.hpp, in load_kv_tile).
-  // Nothing paging needs is held in registers across the loop: load_kv_tile reads the block
-  // table's address from the parameters (ptxas -v: holding it cost the prefill tile 8 more bytes
-  // of spill stores).
+  // placed through the tile's pages, sm80/paged_tiles.cuh, in load_kv_tile).
+  // Nothing paging needs is held in registers across the loop: the page size and the block
+  // table's address come from the parameters, the pages from shared memory (ptxas -v: holding the
+  // table's address cost the prefill tile 8 more bytes of spill stores).
   const Element* k_seq = static_cast<const Element*>(params.k) +
                          (params.kv.paged()
                               ? std::int64_t(kv_head) * params.k_layout.head_stride
@@ -135,6 +136,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
                           typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
   Tensor sVtPlain = make_tensor(sV.data(), get_nonswizzle_portion(typename Traits::SmemLayoutVt{}));
+  // Paged: the block_table entries of two key tiles, past the tiles (launched with it only then).
+  using Pages = TilePages<kBlockN>;
+  std::int32_t* page_slots = reinterpret_cast<std::int32_t*>(smem_bytes + Traits::kSmemBytes);
 
   // Each thread's 16-byte pieces of a tile, and their (row, column) in the tile.
   typename Traits::GmemTiledCopy gmem_copy;
@@ -215,6 +219,13 @@ __global__ void __launch_bounds__(Traits::kThreads)
   }
 
   // ---- loads: Q once; K/V tiles with rows past the sequence zero-filled ----------------------
+  // Paged: the first tile's pages, ahead of Q (waited for before the first K tile is issued).
+  const int first_row = int(blk.seq.offset_k);  // paged: the sequence's storage row of key 0
+  if (params.kv.paged()) {
+    Pages::fetch(params, page_slots, blk.batch, Pages::span(params, first_row, blk.seq.len_k, blk.tiles.end - 1),
+                 blk.tiles.end - 1, tid);
+    cp_async_commit();
+  }
   for_each_thread_row(params.q_layout, [&](int m, std::int64_t index) {
     const bool valid = get<0>(tQc(0, m, 0)) < blk.rows;
     const Element* row_ptr = q_base + (valid ? index : 0);
@@ -224,52 +235,92 @@ __global__ void __launch_bounds__(Traits::kThreads)
       load_piece<kColumns>(&tQsQ(0, m, k), row_ptr + col, valid, col, params.cols);
     }
   });
-  // A thread's pieces of a K/V tile lie at fixed offsets from its first one (rows a fixed step
-  // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
-  // that the copy takes as an immediate. Computing every piece's address from its (row, column)
-  // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
-  // (docs/log/sm80-forward.md, 2026-11-26: K/V tile addresses).
   const int kv_row0 = get<0>(tKVc(0, 0, 0)), kv_col0 = get<1>(tKVc(0, 0, 0));
-  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile) {
-    const std::int64_t seq_stride = layout.seq_stride;
-    const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
-    if (params.kv.paged()) {
-      // Each row from its page: page = block_table[row / page_size] (rows past the sequence are
-      // zero-filled and look nothing up).
-      const int page_size = params.kv.pages.page_size;
-      const std::int32_t* page_row = params.kv.pages.block_table + blk.batch * params.kv.pages.table_stride;
-      CUTE_UNROLL
-      for (int m = 0; m < size<1>(tKVc); ++m) {
-        const int key = first_key + get<0>(tKVc(0, m, 0)) - kv_row0;
-        const bool valid = key < blk.seq.len_k;
-        const Element* row_ptr = seq_base;
-        if (valid) {
-          const int row = int(blk.seq.offset_k) + key;
-          row_ptr += std::int64_t(page_row[row / page_size]) * layout.batch_stride + (row % page_size) * seq_stride +
-                     kv_col0;
-        }
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tKVc); ++k) {
-          // Through load_piece like the contiguous rows: a head dim below the width (or rows that
-          // are not 16-byte aligned) must not take whole 16-byte copies.
-          const int dcol = get<1>(tKVc(0, m, k)) - kv_col0;  // compile-time
-          load_piece<kColumns>(&smem_part(0, m, k), row_ptr + dcol, valid, kv_col0 + dcol, params.cols);
-        }
-      }
-      return;
-    }
-    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
+  // Issues the thread's pieces of a K/V tile; row_pointer(m, row, valid) gives the address of the
+  // thread's m-th row (row = m * kRowStep rows after its first, valid: within the sequence).
+  auto load_rows = [&](auto& smem_part, int first_key, auto&& row_pointer) {
     CUTE_UNROLL
     for (int m = 0; m < size<1>(tKVc); ++m) {
       const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
       const bool valid = first_key + row < blk.seq.len_k;
-      const Element* row_ptr = valid ? first_piece + row * seq_stride : seq_base;
+      const Element* row_ptr = row_pointer(m, row, valid);
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tKVc); ++k) {
+        // Through load_piece: a head dim below the width (or rows that are not 16-byte aligned)
+        // must not take whole 16-byte copies.
         const int dcol = get<1>(tKVc(0, m, k)) - kv_col0;  // compile-time
         load_piece<kColumns>(&smem_part(0, m, k), row_ptr + dcol, valid, kv_col0 + dcol, params.cols);
       }
     }
+  };
+  // Paged rows: where the O accumulator leaves room (<= 64 floats a thread: the decode tiles up to
+  // d = 128), a tile within one page runs the contiguous loop, pages of a thread's row step skip
+  // the division, and the page entries are read before the copies; elsewhere (the prefill tiles,
+  // which spill already) one path, row by row, keeps the registers those variants would take.
+  constexpr bool kPagedFastPaths = kBlockM * kHeadDim / Traits::kThreads <= 64;
+  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile) {
+    const std::int64_t seq_stride = layout.seq_stride;
+    const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
+    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
+    if (params.kv.paged()) {
+      // Rows through the tile's pages, fetched one tile ahead (sm80/paged_tiles.cuh). Rows past
+      // the sequence are zero-filled; their (unused) address is taken in the tile's first page.
+      const TilePageSpan span = Pages::span(params, first_row, blk.seq.len_k, tile);
+      const std::int32_t* pages = Pages::entries(page_slots, tile);
+      const int page_size = params.kv.pages.page_size;
+      // The thread's first row, counted from the start of the tile's first page.
+      const int offset0 = first_row + first_key - span.page0 * page_size;
+      if constexpr (!kPagedFastPaths) {
+        load_rows(smem_part, first_key, [&](int, int row, bool valid) {
+          const int slot = Pages::page_of(params, offset0 + row);
+          return seq_base + std::int64_t(std::uint32_t(pages[valid ? slot : 0])) * layout.batch_stride +
+                 std::int64_t(std::uint32_t(offset0 + row - slot * page_size)) * seq_stride + kv_col0;
+        });
+        return;
+      } else if (span.pages == 1) {  // one page (pages of >= kBlockN rows, mostly): rows as contiguous
+        first_piece = seq_base + std::int64_t(std::uint32_t(pages[0])) * layout.batch_stride +
+                      offset0 * seq_stride + kv_col0;
+      } else {
+        // locate(m, row) -> {slot, row within the page} of the thread's m-th row. The page
+        // entries are all read before the first copy: a shared-memory read after a cp.async waits
+        // for it to issue (SASS: each row's read, then its copies, in turn).
+        auto load_paged_rows = [&](auto&& locate) {
+          constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
+          std::uint32_t page[kThreadRows];
+          int row_in_page[kThreadRows];
+          CUTE_UNROLL
+          for (int m = 0; m < kThreadRows; ++m) {
+            const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+            const int2 at = locate(m, row);
+            page[m] = std::uint32_t(pages[first_key + row < blk.seq.len_k ? at.x : 0]);
+            row_in_page[m] = at.y;
+          }
+          load_rows(smem_part, first_key, [&](int m, int, bool) {
+            return seq_base + std::int64_t(page[m]) * layout.batch_stride +
+                   std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
+          });
+        };
+        if (page_size == 16 || page_size == kRowStep) {
+          // A thread's rows are kRowStep apart: the same row of successive pages (or every other).
+          const int slot0 = Pages::page_of(params, offset0), step = page_size == 16 ? kRowStep / 16 : 1;
+          const int row_in_page = offset0 - slot0 * page_size;
+          load_paged_rows([&](int m, int) { return make_int2(slot0 + m * step, row_in_page); });
+        } else {
+          load_paged_rows([&](int, int row) {
+            const int slot = Pages::page_of(params, offset0 + row);
+            return make_int2(slot, offset0 + row - slot * page_size);
+          });
+        }
+        return;
+      }
+    }
+    // A thread's pieces of a K/V tile lie at fixed offsets from its first one (rows a fixed step
+    // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
+    // that the copy takes as an immediate. Computing every piece's address from its (row, column)
+    // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
+    // (docs/log/sm80-forward.md, 2026-11-26: K/V tile addresses).
+    load_rows(smem_part, first_key,
+              [&](int, int row, bool valid) { return valid ? first_piece + row * seq_stride : seq_base; });
   };
 
   // ---- register fragments and shared -> register copies -------------------------------------
@@ -299,6 +350,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   warp_has_rows = __any_sync(0xffffffffu, warp_has_rows);
 
   // ---- main loop over key tiles, last to first ---------------------------------------------
+  if (params.kv.paged()) {  // the first tile's pages landed (not Q: it lands with the first K)
+    cp_async_wait_committed();
+    __syncthreads();
+  }
   load_kv_tile(tKsK, k_seq, params.k_layout, blk.tiles.end - 1);
   cp_async_commit();
   OnlineSoftmax<kRows> softmax;
@@ -313,6 +368,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
     cp_async_wait<0>();  // K(tile) (and Q) landed
     __syncthreads();     // ...for every thread, and every warp is done reading V(tile + 1)
     load_kv_tile(tVsV, v_seq, params.v_layout, tile);
+    if (params.kv.paged() && tile > blk.tiles.begin)  // the next tile's pages land with V(tile)
+      Pages::fetch(params, page_slots, blk.batch, Pages::span(params, first_row, blk.seq.len_k, tile - 1), tile - 1,
+                   tid);
     cp_async_commit();
 
     Tensor scores = rowcol_view(acc_s);

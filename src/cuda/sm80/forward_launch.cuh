@@ -38,6 +38,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
   f.cu_seqlens_q = p.cu_seqlens_q;
   f.cu_seqlens_k = p.cu_seqlens_k;
   f.kv = p.kv;
+  if (p.kv.paged()) f.page_div = cutlass::FastDivmod(p.kv.pages.page_size);
   f.batch = p.batch;
   f.heads_q = p.heads_q;
   f.heads_kv = p.heads_kv;
@@ -74,20 +75,30 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
 struct KernelResidency {
   int sm_count = 0;
   int ctas_per_sm = 0;
+  int ctas_per_sm_paged = 0;  // launched with the paged K/V's page slots (sm80/paged_tiles.cuh)
   int l2_bytes = 0;
 };
+
+// Dynamic shared memory of a launch: the tiles, and the page slots when K/V are paged.
+template <class Traits>
+constexpr int forward_smem_bytes(bool paged) {
+  return Traits::kSmemBytes + (paged ? TilePages<Traits::kBlockN>::kSmemBytes : 0);
+}
 
 template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
 KernelResidency prepare_forward_kernel(int device) {
   auto query = [device] {
     KernelResidency r;
-    if (Traits::kSmemBytes > 48 * 1024)
+    constexpr int kMaxSmem = forward_smem_bytes<Traits>(true);
+    if (kMaxSmem > 48 * 1024)
       FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kColumns, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Traits::kSmemBytes));
+                                         kMaxSmem));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kColumns, kDropout>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm_paged, forward_kernel<Traits, kColumns, kDropout>,
+                                                                Traits::kThreads, kMaxSmem));
     return r;
   };
   constexpr int kMaxDevices = 64;
@@ -122,7 +133,9 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
   const long long ctas = static_cast<long long>(m_blocks) * head_blocks * problem.batch;
   const TileShape tiles{Traits::kBlockM, Traits::kBlockN, Traits::kWarps};
   const int key_tiles = (visited_keys(problem, params.pack, tiles) + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int slots = residency.sm_count * std::max(residency.ctas_per_sm, 1);
+  const bool paged = params.kv.paged();
+  const int smem_bytes = forward_smem_bytes<Traits>(paged);
+  const int slots = residency.sm_count * std::max(paged ? residency.ctas_per_sm_paged : residency.ctas_per_sm, 1);
   params.num_splits = num_splits > 0 ? std::min(num_splits, std::max(key_tiles, 1))
                                      : choose_num_splits(ctas, key_tiles, slots);
   if (static_cast<long long>(problem.batch) * params.num_splits > 65535) params.num_splits = 1;
@@ -155,7 +168,7 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
     params.partial_lse = workspace.at<float>(lse_offset);
   }
 
-  forward_kernel<Traits, kColumns, kDropout><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  forward_kernel<Traits, kColumns, kDropout><<<grid, Traits::kThreads, smem_bytes, stream>>>(params);
   FA_CUDA_CHECK_LAUNCH();
 
   if (params.num_splits > 1) {

@@ -3,6 +3,8 @@
 // plus the launch plan's choices (GQA row packing, KV splits and their workspace).
 #include <cstdint>
 
+#include <cutlass/fast_math.h>
+
 #include "common/host_device.hpp"
 #include "common/kv_layout.hpp"
 #include "common/problem.hpp"
@@ -23,6 +25,7 @@ struct ForwardParams {
   const std::int32_t* cu_seqlens_k;
   // Paged K/V and per-sequence key ranges (common/kv_layout.hpp); kv.any() false otherwise.
   detail::KvMap kv;
+  cutlass::FastDivmod page_div;  // by kv.pages.page_size, when paged (sm80/paged_tiles.cuh)
 
   int batch, heads_q, heads_kv, group;
   int seqlen_q, seqlen_k;  // variable length: the maxima
