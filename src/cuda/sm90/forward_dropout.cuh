@@ -5,7 +5,7 @@
 //    S = Q K^T is issued, while the warpgroup would otherwise only wait for it: the bits depend
 //    on coordinates alone, not on S;
 //  - zero_dropped: after the softmax step, one select per element.
-// The random stream is common/philox.hpp's, drawn as common/dropout.cuh's apply_dropout does for
+// The random stream is common/philox.hpp's, drawn as common/dropout.cuh's visit_dropout does for
 // paired n8 tiles (one Philox4x32-10 call per 16 x 16 block, its 8 16-bit values in the lane's
 // register order), so the same entries are dropped as by every other backend.
 //
@@ -53,16 +53,16 @@ CUTE_DEVICE std::uint64_t draw_keep_bits(const detail::DropoutParams& d, const C
     return detail::keep_byte(philox(std::uint32_t((key >> 4) + pair)), rng.threshold);
   };
   std::uint64_t bits = 0;
-  constexpr int kRolled = kPairs / kInFlight * kInFlight;
+  constexpr int kRolledPairs = kPairs / kInFlight * kInFlight;
 #pragma unroll 1
-  for (int pair = 0; pair < kRolled; pair += kInFlight) {
+  for (int pair = 0; pair < kRolledPairs; pair += kInFlight) {
     std::uint32_t bytes = 0;
     CUTE_UNROLL
     for (int u = 0; u < kInFlight; ++u) bytes |= draw_byte(pair + u) << (8 * u);
     bits |= std::uint64_t(bytes) << (8 * pair);
   }
   CUTE_UNROLL
-  for (int pair = kRolled; pair < kPairs; ++pair) bits |= std::uint64_t(draw_byte(pair)) << (8 * pair);
+  for (int pair = kRolledPairs; pair < kPairs; ++pair) bits |= std::uint64_t(draw_byte(pair)) << (8 * pair);
   return bits;
 }
 
