@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/philox.hpp"
+#include "common/philox_row.hpp"
 #include "flashattn/attention.hpp"
 #include "flashattn/error.hpp"
 #include "host_tensor.hpp"
@@ -43,6 +44,50 @@ TEST(Philox, MatchesPublishedVectors) {
   }
 }
 
+// The sm90 forward's calls along a row of blocks (common/philox_row.hpp) give exactly the
+// generator's words, on random keys and counters and on the corners of every word.
+TEST(Philox, RowCallsMatchTheGenerator) {
+  std::mt19937_64 rng(test_seed());
+  const std::uint32_t corners[] = {0u, 1u, 0x7fffffffu, 0x80000000u, 0xffffffffu};
+  for (int trial = 0; trial < 2000; ++trial) {
+    const std::uint64_t seed = trial < 5 ? std::uint64_t(corners[trial]) * 0x100000001ull : rng();
+    auto word = [&](int k) { return trial < 25 ? corners[(trial + k) % 5] : std::uint32_t(rng()); };
+    const std::uint32_t x = word(0), y = word(1), z = word(2);
+    const detail::PhiloxRow row(seed, x, y, z);
+    for (int call = 0; call < 4; ++call) {
+      const std::uint32_t w = call == 0 ? word(3) : std::uint32_t(rng());
+      const PhiloxWords expected = detail::philox4x32_10(seed, {x, y, z, w}), got = row(w);
+      ASSERT_EQ(got.x, expected.x) << "seed " << seed << " counter " << x << " " << y << " " << z << " " << w;
+      ASSERT_EQ(got.y, expected.y);
+      ASSERT_EQ(got.z, expected.z);
+      ASSERT_EQ(got.w, expected.w);
+    }
+  }
+}
+
+// keep_byte's whole-word compares keep exactly the elements whose 16-bit value reaches the
+// threshold, bit 2 * word + half.
+TEST(Philox, KeepByteComparesEachHalfWithTheThreshold) {
+  std::mt19937_64 rng(test_seed());
+  const std::uint32_t halves[] = {0u, 1u, 2u, 0x7fffu, 0x8000u, 0xfffeu, 0xffffu};
+  for (std::uint32_t threshold : {0u, 1u, 2u, 11141u, 32768u, 65534u, 65535u}) {
+    for (int trial = 0; trial < 500; ++trial) {
+      std::uint32_t words[4];
+      for (std::uint32_t& w : words) {
+        const std::uint32_t lo = trial < 49 ? halves[trial % 7] : std::uint32_t(rng()) & 0xffffu;
+        const std::uint32_t hi = trial < 49 ? halves[trial / 7] : std::uint32_t(rng()) & 0xffffu;
+        w = hi << 16 | lo;
+      }
+      const std::uint32_t byte = detail::keep_byte({words[0], words[1], words[2], words[3]}, threshold);
+      for (int b = 0; b < 8; ++b) {
+        const std::uint32_t value = b % 2 ? words[b / 2] >> 16 : words[b / 2] & 0xffffu;
+        EXPECT_EQ((byte >> b) & 1u, value >= threshold ? 1u : 0u) << "threshold " << threshold << " value " << value;
+      }
+      EXPECT_EQ(byte >> 8, 0u);
+    }
+  }
+}
+
 // The stream's layout: every lane of a 16 x 16 block uses its own counter, and its 8 elements
 // take the call's 8 16-bit halves, each exactly once.
 TEST(Philox, EveryElementOfABlockTakesItsOwnHalfWord) {
@@ -69,7 +114,7 @@ Case pattern_case() {
   c.heads_q = 3;
   c.heads_kv = 1;
   c.seqlen_q = 200;
-  c.seqlen_k = 100;
+  c.seqlen_k = 300;  // keys beyond head_dim: dropout_kept_entries' weighted columns
   c.head_dim = 128;
   c.dropout_p = 0.17f;
   return c;

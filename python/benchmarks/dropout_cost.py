@@ -88,11 +88,12 @@ def main():
                 del q, k, v, do, qt, kt, vt
                 torch.cuda.empty_cache()
     print(f"\ndropout_p = {args.p}; forward time with / without dropout (target for ours: <= 1.15 at d = 128, n = 4k)")
-    print("   d      n causal | ours: ratio  TFLOP/s | SDPA FA2: ratio  TFLOP/s" +
+    print("   d      n causal | ours: ms without / with  ratio  TFLOP/s | SDPA FA2: ms without / with  ratio  TFLOP/s" +
           (" | fwd+bwd ratio ours / FA2" if args.backward else ""))
     for r in rows:
-        line = (f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} | {r['ours_fwd_ratio']:11.3f} "
-                f"{r['ours_fwd_dropout_tflops']:8.0f} | {r['fa2_fwd_ratio']:15.3f} {r['fa2_fwd_dropout_tflops']:8.0f}")
+        line = (f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} | {r['ours_fwd_ms']:13.3f} / {r['ours_fwd_dropout_ms']:.3f} "
+                f"{r['ours_fwd_ratio']:6.3f} {r['ours_fwd_dropout_tflops']:8.0f} | {r['fa2_fwd_ms']:17.3f} / "
+                f"{r['fa2_fwd_dropout_ms']:.3f} {r['fa2_fwd_ratio']:6.3f} {r['fa2_fwd_dropout_tflops']:8.0f}")
         if args.backward:
             line += f" | {r['ours_fwdbwd_ratio']:.3f} / {r['fa2_fwdbwd_ratio']:.3f}"
         print(line)

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "api/validate.hpp"
 #include "cpu/backend.hpp"
@@ -398,13 +399,15 @@ std::vector<bool> dropout_kept_entries(const Case& case_, DType dtype, DeviceKin
   HostTensor k = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
   HostTensor v = make_operand(c, dtype, c.seqlen_k, c.heads_kv, c.lens_k);
   HostTensor out = make_operand(c, dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  if (c.seqlen_k > 3 * c.head_dim) throw std::invalid_argument("dropout_kept_entries: seqlen_k > 3 * head_dim");
   std::mt19937_64 rng(seed);
   k.fill_normal(rng, 1.0f);
   for (std::int64_t i = 0; i < q.numel(); ++i) q.set(i, 0.0f);
-  // Logical (b, j, h, d) order: V[b, j, h, d] = (d == j).
+  // Logical (b, j, h, d) order: V[b, j, h, d] = 2^(j / head_dim) if d == j % head_dim: output
+  // column d sums keys d, d + head_dim and d + 2 head_dim with weights 1, 2 and 4.
   for (std::int64_t i = 0; i < v.numel(); ++i) {
     const std::int64_t d = i % c.head_dim, j = (i / c.head_dim / c.heads_kv) % c.seqlen_k;
-    v.set(i, d == j ? 1.0f : 0.0f);
+    v.set(i, d == j % c.head_dim ? float(1 << (j / c.head_dim)) : 0.0f);
   }
   out.poison();
   HostTensor lse = make_lse(c), cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k);
@@ -416,19 +419,27 @@ std::vector<bool> dropout_kept_entries(const Case& case_, DType dtype, DeviceKin
   a.k = ops.view(1);
   a.v = ops.view(2);
   a.out = ops.view(3);
+  a.lse = ops.view(4);
   if (reference)
     reference::forward(a);
   else
     forward(a);
-  ops.download({3});
+  ops.download({3, 4});
+  // Every visible key of a row has the same probability 1 / n (q = 0), and the (undropped) LSE is
+  // ln n: out[.., d] = (sum of the kept keys' weights) / ((1 - p) n), the weights' sum 0..7.
   std::vector<bool> kept(std::size_t(c.batch) * c.heads_q * c.seqlen_q * c.seqlen_k);
   for (int b = 0; b < c.batch; ++b)
     for (int i = 0; i < c.seqlen_q; ++i)
-      for (int h = 0; h < c.heads_q; ++h)
+      for (int h = 0; h < c.heads_q; ++h) {
+        const double row_lse = lse.get((std::int64_t(b) * c.heads_q + h) * c.seqlen_q + i);
+        if (!(row_lse > -std::numeric_limits<double>::infinity())) continue;  // no visible key
+        const double unit = 1.0 / ((1.0 - double(c.dropout_p)) * std::exp(row_lse));
         for (int j = 0; j < c.seqlen_k; ++j) {
-          const std::int64_t e = ((std::int64_t(b) * c.seqlen_q + i) * c.heads_q + h) * c.head_dim + j;
-          kept[((std::size_t(b) * c.heads_q + h) * c.seqlen_q + i) * c.seqlen_k + j] = out.get(e) != 0.0f;
+          const std::int64_t e = ((std::int64_t(b) * c.seqlen_q + i) * c.heads_q + h) * c.head_dim + j % c.head_dim;
+          const long weights = std::lround(out.get(e) / unit);
+          kept[((std::size_t(b) * c.heads_q + h) * c.seqlen_q + i) * c.seqlen_k + j] = (weights >> (j / c.head_dim)) & 1;
         }
+      }
   return kept;
 }
 

@@ -37,8 +37,10 @@ BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std:
                              bool deterministic = false);
 
 // Which entries of P dropout keeps, as a backend computes them: q = 0 (every visible key gets
-// the same weight) and V row j = e_j (head_dim >= seqlen_k), so that out[b, i, h, j] != 0 iff
-// key j is visible to query row i and kept. kept[((b * heads_q + h) * seqlen_q + i) * seqlen_k + j].
+// the same weight) and V row j = 2^(j / head_dim) e_(j % head_dim) (seqlen_k <= 3 head_dim), so
+// that out[b, i, h, d], read with the row's LSE, tells which of keys d, d + head_dim and
+// d + 2 head_dim are visible to query row i and kept (no ALiBi: its bias would weigh the keys).
+// kept[((b * heads_q + h) * seqlen_q + i) * seqlen_k + j].
 // device = cpu with `reference` set: the float64 reference's. Fixed-length cases only.
 std::vector<bool> dropout_kept_entries(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
                                        bool reference = false);

@@ -104,49 +104,15 @@ __device__ __forceinline__ void visit_dropout(const Coords& coords, const Dropou
   }
 }
 
-// The keep bits of a paired row of n8 tiles (kN of them, at most 16: column of tile n = col + 8n)
-// of one 16-row slice, bit k + 4n for element (k, n): one Philox call per pair of tiles, in a loop
-// that is not unrolled, so that one call's registers are live at a time (unrolled, the calls
-// interleave: ptxas spilled 300 bytes in the sm90 forward's consumers).
-template <int kN>
-__device__ __forceinline__ std::uint64_t paired_keep_bits(const DropoutStream& rng, int b, int h, int i, int j) {
-  static_assert(kN % 2 == 0 && kN <= 16);
-  std::uint64_t bits = 0;
-#pragma unroll 1
-  for (int pair = 0; pair < kN / 2; ++pair) {
-    const detail::PhiloxWords r = rng.words(b, h, i, j + 16 * pair);
-    const std::uint32_t byte = std::uint32_t(rng.keeps(r.x, 0)) | std::uint32_t(rng.keeps(r.x, 1)) << 1 |
-                               std::uint32_t(rng.keeps(r.y, 0)) << 2 | std::uint32_t(rng.keeps(r.y, 1)) << 3 |
-                               std::uint32_t(rng.keeps(r.z, 0)) << 4 | std::uint32_t(rng.keeps(r.z, 1)) << 5 |
-                               std::uint32_t(rng.keeps(r.w, 0)) << 6 | std::uint32_t(rng.keeps(r.w, 1)) << 7;
-    bits |= std::uint64_t(byte) << (8 * pair);
-  }
-  return bits;
-}
-
-// Zeroes the dropped entries of `acc` (the forward's P before P V). kRolled (paired tiles, at
-// most 16 n8 tiles): the calls in a loop that is not unrolled (paired_keep_bits), which took the
-// sm90 forward's consumers from 300 bytes of spills to none; unrolled, the sm80 forward spills
-// less (ptxas, bf16, d = 128, 2026-11-26: 40 against 76 bytes of spill stores).
-template <bool kPairedTiles, bool kRolled = false, class Acc, class Coords>
+// Zeroes the dropped entries of `acc` (the sm80 forward's P before P V; its calls unrolled, which
+// spilled less there than one call at a time: ptxas, bf16, d = 128, 2026-11-26, 40 against 76
+// bytes of spill stores). The sm90 forward draws its keep bits apart from the softmax instead
+// (sm90/forward_dropout.cuh).
+template <bool kPairedTiles, class Acc, class Coords>
 __device__ __forceinline__ void apply_dropout(Acc& acc, const Coords& coords, const DropoutStream& rng, int b,
                                               int h, int row0, int col0) {
   using namespace cute;
   static_assert(decltype(size<0>(acc))::value == 4, "an m16n8 accumulator fragment");
-  constexpr int kM = decltype(size<1>(acc))::value, kN = decltype(size<2>(acc))::value;
-  if constexpr (kRolled && kPairedTiles && kN <= 16) {
-    CUTE_UNROLL
-    for (int m = 0; m < kM; ++m) {
-      const std::uint64_t bits = paired_keep_bits<kN>(rng, b, h, row0 + get<0>(coords(0, m, 0)),
-                                                      col0 + get<1>(coords(0, m, 0)));
-      CUTE_UNROLL
-      for (int n = 0; n < kN; ++n)
-        CUTE_UNROLL
-        for (int k = 0; k < 4; ++k)
-          if (!((bits >> (4 * n + k)) & 1u)) acc(k, m, n) = 0.0f;
-    }
-    return;
-  }
   visit_dropout<kPairedTiles, decltype(size<1>(acc))::value, decltype(size<2>(acc))::value>(
       coords, rng, b, h, row0, col0, [&](int k, int m, int n, bool keep) {
         if (!keep) acc(k, m, n) = 0.0f;

@@ -1,9 +1,10 @@
 #pragma once
 // The consumer warpgroups of the sm90 forward: per tile, S = Q K^T (K from shared memory; Q
 // from registers up to head dim 128, else from shared memory), the online softmax in registers,
-// O += P V (P from registers), then the epilogue. kDropout: P is dropped (common/dropout.cuh)
-// right after the softmax of its block (the row sums and the LSE stay undropped), while the
-// previous block's P.V runs; O is scaled by 1 / (1 - p) before the epilogue.
+// O += P V (P from registers), then the epilogue. kDropout: the keep bits of a key block are
+// drawn while its S = Q K^T runs (forward_dropout.cuh), and the dropped entries of P are zeroed
+// after its softmax step (the row sums and the LSE stay undropped); O is scaled by 1 / (1 - p)
+// before the epilogue.
 //
 // Two overlaps hide the softmax under tensor-core work:
 //  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
@@ -20,10 +21,10 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/common/device_math.cuh"
-#include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
+#include "cuda/sm90/forward_dropout.cuh"
 #include "cuda/sm90/forward_epilogue.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
@@ -190,16 +191,19 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       if (key0 < unmasked_begin || key0 + kBlockN > unmasked_end)
         mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
     };
-    // Dropout on the probabilities of `block` (each warp's wgmma tiles span the block's keys:
-    // n8 tiles come in aligned pairs).
-    auto drop = [&](int block) {
+    // Dropout on the probabilities of `block`: its keep bits, drawn right after its S GEMM is
+    // issued (the warpgroup would only wait for S), then applied after its softmax step.
+    auto draw_keep = [&](int block) -> std::uint64_t {
+      if constexpr (kDropout)
+        return draw_keep_bits<Traits::kConsumerWarpGroups == 3 ? 1 : 2>(p.dropout, drop_coords, tile_batch_head,
+                                                                        tile_row0, block * kBlockN);
+      else
+        return 0;
+    };
+    auto drop = [&]([[maybe_unused]] std::uint64_t keep) {
       if constexpr (kDropout) {
-        // The stream's parameters are read here rather than held across the loop, and the Philox
-        // calls run one at a time (kRolled): the consumers have no registers to spare (ptxas,
-        // bf16, d = 128: 300-328 bytes of spills otherwise, none so).
-        const DropoutStream rng = DropoutStream::load_here(p.dropout, 1);
         Tensor acc = gmma_as_m16n8(tSrS);
-        apply_dropout<true, true>(acc, drop_coords, rng, tile_batch_head, 0, tile_row0, block * kBlockN);
+        zero_dropped(acc, keep);
       }
     };
     // P in the dtype of V, same registers order as S (tOrP only views them as an A operand).
@@ -285,13 +289,14 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
       if (foreign_v) pipeline_v.consumer_wait(state_v);
       turns.pass_turn();
+      [[maybe_unused]] std::uint64_t keep = draw_keep(block);
       warpgroup_wait<0>();
       trace(TraceEvent::s_done);
       release_k(block);
       if (foreign_v) release_v(block + 1);
       to_logits(block);
       auto correction = softmax.template step<true>(scores);
-      drop(block);
+      drop(keep);
       to_probabilities();
       trace(TraceEvent::softmax);
 
@@ -306,12 +311,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         pipeline_v.consumer_wait(state_v);
         warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
         turns.pass_turn();
+        keep = draw_keep(block);  // while S (and P.V) run
         warpgroup_wait<1>();  // S done; P.V may still run
         trace(TraceEvent::s_done);
         release_k(block);
         to_logits(block);
         correction = softmax.template step<false>(scores);
-        drop(block);
+        drop(keep);
         trace(TraceEvent::softmax);
         warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
         trace(TraceEvent::pv_done);
