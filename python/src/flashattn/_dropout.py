@@ -48,22 +48,31 @@ def threshold(dropout_p: float) -> int:
     return min(65535, int(math.floor(p32 * 65536.0 + 0.5)))
 
 
+def keep_masks(seed: int, offset: int, streams: Tensor, rows: int, cols: int, dropout_p: float) -> Tensor:
+    """(len(streams), rows, cols) bool: the entries that dropout keeps in each stream
+    s = batch_index * nheads + head (an int64 tensor on the device to compute on)."""
+    n, device = streams.numel(), streams.device
+    i16, j16 = (rows + 15) // 16, (cols + 15) // 16
+    lane = torch.arange(32, dtype=torch.int64, device=device).view(1, 1, 1, 32)
+    linear = offset + streams.view(n, 1, 1, 1) * 32 + lane  # < 2^63: offsets are drawn < 2^62
+    shape = (n, i16, j16, 32)
+    c0 = (linear & _MASK32).expand(shape)
+    c1 = (linear >> 32).expand(shape)
+    c2 = torch.arange(i16, dtype=torch.int64, device=device).view(1, i16, 1, 1).expand(shape)
+    c3 = torch.arange(j16, dtype=torch.int64, device=device).view(1, 1, j16, 1).expand(shape)
+    words = torch.stack(philox4x32_10(seed, c0, c1, c2, c3), dim=-1)  # (S, I16, J16, 32, word)
+    halves = torch.stack((words & 0xFFFF, words >> 16), dim=-1)  # (S, I16, J16, 32, word, half)
+    # lane = a * 4 + t; word = column half * 2 + row half; element (a + 8 * row half, 2t + half + 8 * column half).
+    values = halves.view(n, i16, j16, 8, 4, 2, 2, 2)  # (S, I16, J16, a, t, column half, row half, half)
+    values = values.permute(0, 1, 6, 3, 2, 5, 4, 7).reshape(n, i16 * 16, j16 * 16)
+    return (values >= threshold(dropout_p))[:, :rows, :cols]
+
+
 def keep_mask(seed: int, offset: int, batch_index: int, nheads: int, head: int, rows: int, cols: int,
               dropout_p: float, device) -> Tensor:  # fmt: skip
     """(rows, cols) bool: the entries of (batch_index, head) that dropout keeps."""
-    i16, j16 = (rows + 15) // 16, (cols + 15) // 16
-    lane = torch.arange(32, dtype=torch.int64, device=device).view(1, 1, 32)
-    linear = offset + (batch_index * nheads + head) * 32 + lane  # < 2^63: offsets are drawn < 2^62
-    c0 = (linear & _MASK32).expand(i16, j16, 32)
-    c1 = (linear >> 32).expand(i16, j16, 32)
-    c2 = torch.arange(i16, dtype=torch.int64, device=device).view(i16, 1, 1).expand(i16, j16, 32)
-    c3 = torch.arange(j16, dtype=torch.int64, device=device).view(1, j16, 1).expand(i16, j16, 32)
-    words = torch.stack(philox4x32_10(seed, c0, c1, c2, c3), dim=-1)  # (I16, J16, 32, word)
-    halves = torch.stack((words & 0xFFFF, words >> 16), dim=-1)  # (I16, J16, 32, word, half)
-    # lane = a * 4 + t; word = column half * 2 + row half; element (a + 8 * row half, 2t + half + 8 * column half).
-    values = halves.view(i16, j16, 8, 4, 2, 2, 2)  # (I16, J16, a, t, column half, row half, half)
-    values = values.permute(0, 5, 2, 1, 4, 3, 6).reshape(i16 * 16, j16 * 16)
-    return (values >= threshold(dropout_p))[:rows, :cols]
+    stream = torch.tensor([batch_index * nheads + head], dtype=torch.int64, device=device)
+    return keep_masks(seed, offset, stream, rows, cols, dropout_p)[0]
 
 
 def _flash_attn_block_n(head_dim: int) -> int:
@@ -103,25 +112,32 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
     if causal:
         right = 0
     block_n = _flash_attn_block_n(head_dim)
-    for b in range(batch):
+    # Sequences in groups: one at a time under variable length; for fixed length, as many as keep
+    # a group's Philox calls under 2^22 (a few 128 MB int64 tensors at a time). One (sequence,
+    # head) at a time cost a few dozen small kernels each, which ran flash-attn's race-condition
+    # test (250 calls of 60 sequences x 4 heads) into its time limit.
+    calls_per_head = ((rows_max + 15) // 16) * ((cols_max + 15) // 16) * 32
+    group_size = 1 if varlen else max(1, (1 << 22) // (calls_per_head * nheads))
+    for b0 in range(0, batch, group_size):
+        b1 = min(batch, b0 + group_size)
         if varlen:
-            q0, q1, k0, k1 = spans[b]
-            qb, kb = q[q0:q1], k[k0:k1]
+            q0, q1, k0, k1 = spans[b0]
+            qb, kb = q[q0:q1].unsqueeze(0), k[k0:k1].unsqueeze(0)
         else:
-            qb, kb = q[b], k[b]
-        rows, cols = qb.shape[0], kb.shape[0]
+            qb, kb = q[b0:b1], k[b0:b1]
+        rows, cols = qb.shape[1], kb.shape[1]
         if rows == 0 or cols == 0:
             continue
-        kb = kb.repeat_interleave(group, dim=1) if group > 1 else kb
-        scores = torch.einsum("ihd,jhd->hij", qb.float(), kb.float()) * scale  # (h, rows, cols)
+        kb = kb.repeat_interleave(group, dim=2) if group > 1 else kb
+        scores = torch.einsum("bihd,bjhd->bhij", qb.float(), kb.float()) * scale  # (B, h, rows, cols)
         if softcap > 0:
             scores = softcap * torch.tanh(scores / softcap)
         i = torch.arange(rows, device=q.device).view(rows, 1)
         j = torch.arange(cols, device=q.device).view(1, cols)
         diag = i + cols - rows
         if alibi_slopes is not None:  # after softcap, as the kernels add it
-            slopes = (alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes).float().view(nheads, 1, 1)
-            scores = scores - slopes * (diag - j).abs()
+            slopes = alibi_slopes[b0:b1] if alibi_slopes.dim() == 2 else alibi_slopes.expand(b1 - b0, nheads)
+            scores = scores - slopes.float().view(b1 - b0, nheads, 1, 1) * (diag - j).abs()
         visible = torch.ones(rows, cols, dtype=torch.bool, device=q.device)
         if 0 <= left < cols:  # flash-attn's rule: a size >= seqlen_k is unbounded
             visible &= j >= diag - left
@@ -134,7 +150,11 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
         running = torch.cummax(block_max.flip(-1), dim=-1).values.flip(-1)
         running = torch.where(torch.isinf(running), torch.zeros_like(running), running)
         probs = torch.cat([torch.exp(blk - running[..., n : n + 1]) for n, blk in enumerate(blocks)], dim=-1)
-        for h in range(nheads):
-            keep = keep_mask(seed, offset, b, nheads, h, rows, cols, dropout_p, q.device)
-            out[b, h, :rows, :cols] = torch.where(keep, probs[h], -probs[h]).to(q.dtype)
+        streams = (torch.arange(b0, b1, dtype=torch.int64, device=q.device).view(-1, 1) * nheads +
+                   torch.arange(nheads, dtype=torch.int64, device=q.device)).view(-1)
+        per_head = ((rows + 15) // 16) * ((cols + 15) // 16) * 32
+        chunk = max(1, (1 << 22) // per_head)
+        keep = torch.cat([keep_masks(seed, offset, streams[c : c + chunk], rows, cols, dropout_p)
+                          for c in range(0, streams.numel(), chunk)]).view(b1 - b0, nheads, rows, cols)
+        out[b0:b1, :, :rows, :cols] = torch.where(keep, probs, -probs).to(q.dtype)
     return out
