@@ -97,6 +97,54 @@ CUTE_DEVICE void to_score_gradients(S const& s, DP& dp, DeltaOf delta_of, Dtanh 
   }
 }
 
+// The element-wise middle of a step, shared by both consumer arrangements, on a warpgroup's S^T and
+// dP^T accumulators (keys x queries; S^T issued first, dP^T second, both still running): waits
+// for S^T, turns it into P^T (ALiBi's bias with kAlibi: -slope * |query - key + base| in base 2,
+// base = the step's first query row + seqlen_k - seqlen_q - the first key), draws dropout's keep
+// bits while dP^T computes, waits for it, and leaves P^T (times z) in acc_s and dS^T in acc_dp.
+// coords: (key, query) of each row-column element, local to the part; key0 and row0 its first key
+// and query row in the sequence.
+template <bool kMasked, bool kSoftcap, bool kDropout, bool kAlibi, class Traits, class Acc, class Coords,
+          class DropCoords, class LseOf, class DeltaOf, class Visible>
+CUTE_DEVICE void step_gradients_of_scores(BackwardParams<Traits> const& p, Acc& acc_s, Acc& acc_dp, Coords const& coords,
+                                          DropCoords const& drop_coords, DropoutStream const& dropout_rng,
+                                          LseOf lse_of, DeltaOf delta_of, Visible visible, int batch, int head,
+                                          int key0, int row0, int shift) {
+  using namespace cute;
+  Tensor s = gmma_rowcol(acc_s);
+  Tensor dp = gmma_rowcol(acc_dp);
+  auto dtanh = [&] {  // registers only where softcap needs them
+    if constexpr (kSoftcap) return make_tensor<float>(s.layout());
+    else return 0;
+  }();
+  warpgroup_wait<1>();  // S^T done; dP^T may still run
+  if constexpr (kAlibi) {
+    // -slope * |query + shift - key| in base 2, from part-local (key, query).
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float minus_slope_log2 = -kLog2e * p.alibi.slope(batch, head);
+    const int base = row0 + shift - key0;
+    to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh, score_bias([&](int r, int c) {
+      return minus_slope_log2 * fabsf(float(get<1>(coords(r, c)) - get<0>(coords(r, c)) + base));
+    }));
+  } else {
+    to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
+  }
+  [[maybe_unused]] std::uint32_t keep_bits = 0;
+  if constexpr (kDropout)
+    keep_bits = transposed_keep_bits<decltype(size<2>(drop_coords))::value>(drop_coords, dropout_rng, batch, head,
+                                                                             key0, row0);
+  warpgroup_wait<0>();
+  if constexpr (kDropout) {
+    Tensor dp_tiles = gmma_as_m16n8(acc_dp);
+    scale_by_keep_bits(dp_tiles, keep_bits, p.dropout.keep_scale);  // dP^T z
+  }
+  to_score_gradients<kMasked, kSoftcap>(s, dp, delta_of, dtanh);
+  if constexpr (kDropout) {
+    Tensor s_tiles = gmma_as_m16n8(acc_s);
+    scale_by_keep_bits(s_tiles, keep_bits, p.dropout.keep_scale);  // P^T z, for dV
+  }
+}
+
 // A tile's dK or dV (acc, times `scale`) for the keys inside the sequence: acc's element i is
 // (key0 + row, col0 + col) with (row, col) = coords(i); fp32 partials when the query heads of the
 // KV head are split over several CTAs (p.head_splits > 1: `partial` is set).
@@ -251,8 +299,6 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     pipeline_do.consumer_wait(state);
     warpgroup_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), acc_dp);
 
-    Tensor s = gmma_rowcol(acc_s);
-    Tensor dp = gmma_rowcol(acc_dp);
     auto lse_of = [&](int c) { return sLSE(stats_skip + get<1>(coords(0, c)), stage); };
     auto delta_of = [&](int c) { return sD(stats_skip + get<1>(coords(0, c)), stage); };
     // (common/mask.hpp) query i sees key j iff j < len_k and shift - window_left <= j - i <=
@@ -262,36 +308,9 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
       const int query = get<1>(coords(r, c)), key = get<0>(coords(r, c)), diff = key - query;
       return query < query_end && key < key_end && diff >= lowest && diff <= highest;
     };
-    auto dtanh = [&] {  // registers only where softcap needs them
-      if constexpr (kSoftcap) return make_tensor<float>(s.layout());
-      else return 0;
-    }();
-    warpgroup_wait<1>();  // S^T done; dP^T may still run
-    if constexpr (kAlibi) {
-      // -slope * |query + shift - key| in base 2, from tile-local (key, query).
-      constexpr float kLog2e = 1.4426950408889634f;
-      const float minus_slope_log2 = -kLog2e * p.alibi.slope(t.batch, step.head);
-      const int base = row0 + shift - key0;
-      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh, score_bias([&](int r, int c) {
-        return minus_slope_log2 * fabsf(float(get<1>(coords(r, c)) - get<0>(coords(r, c)) + base));
-      }));
-    } else {
-      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
-    }
-    [[maybe_unused]] std::uint32_t keep_bits = 0;
-    if constexpr (kDropout)
-      keep_bits = transposed_keep_bits<decltype(size<2>(drop_coords))::value>(drop_coords, dropout_rng, t.batch,
-                                                                               step.head, key0, row0);
-    warpgroup_wait<0>();
-    if constexpr (kDropout) {
-      Tensor dp_tiles = gmma_as_m16n8(acc_dp);
-      scale_by_keep_bits(dp_tiles, keep_bits, p.dropout.keep_scale);  // dP^T z
-    }
-    to_score_gradients<kMasked, kSoftcap>(s, dp, delta_of, dtanh);
-    if constexpr (kDropout) {
-      Tensor s_tiles = gmma_as_m16n8(acc_s);
-      scale_by_keep_bits(s_tiles, keep_bits, p.dropout.keep_scale);  // P^T z, for dV
-    }
+    step_gradients_of_scores<kMasked, kSoftcap, kDropout, kAlibi>(p, acc_s, acc_dp, coords, drop_coords, dropout_rng,
+                                                                 lse_of, delta_of, visible, t.batch, step.head, key0,
+                                                                 row0, shift);
 
     Tensor p_t = convert_fragment<Element>(acc_s);    // P^T
     Tensor ds_t = convert_fragment<Element>(acc_dp);  // dS^T

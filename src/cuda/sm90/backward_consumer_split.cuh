@@ -117,8 +117,6 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     pipeline_do.consumer_wait(state);
     warpgroup_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), acc_dp);
 
-    Tensor s = gmma_rowcol(acc_s);
-    Tensor dp = gmma_rowcol(acc_dp);
     auto lse_of = [&](int c) { return sLSE(stats_skip + get<1>(coords(0, c)), stage); };
     auto delta_of = [&](int c) { return sD(stats_skip + get<1>(coords(0, c)), stage); };
     auto visible = [&, query_end = t.seq.len_q - row0, lowest = lowest_diff + row0 - key0,
@@ -126,35 +124,9 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
       const int query = get<1>(coords(r, c)), key = get<0>(coords(r, c)), diff = key - query;
       return query < query_end && key < key_end && diff >= lowest && diff <= highest;
     };
-    auto dtanh = [&] {
-      if constexpr (kSoftcap) return make_tensor<float>(s.layout());
-      else return 0;
-    }();
-    warpgroup_wait<1>();  // S^T done; dP^T may still run
-    if constexpr (kAlibi) {
-      constexpr float kLog2e = 1.4426950408889634f;
-      const float minus_slope_log2 = -kLog2e * p.alibi.slope(t.batch, step.head);
-      const int base = row0 + shift - key0;
-      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh, score_bias([&](int r, int c) {
-        return minus_slope_log2 * fabsf(float(get<1>(coords(r, c)) - get<0>(coords(r, c)) + base));
-      }));
-    } else {
-      to_probabilities<kMasked, kSoftcap>(p, s, lse_of, visible, dtanh);
-    }
-    [[maybe_unused]] std::uint32_t keep_bits = 0;
-    if constexpr (kDropout)
-      keep_bits = transposed_keep_bits<decltype(size<2>(drop_coords))::value>(drop_coords, dropout_rng, t.batch,
-                                                                               step.head, key0, row0);
-    warpgroup_wait<0>();
-    if constexpr (kDropout) {
-      Tensor dp_tiles = gmma_as_m16n8(acc_dp);
-      scale_by_keep_bits(dp_tiles, keep_bits, p.dropout.keep_scale);  // dP^T z
-    }
-    to_score_gradients<kMasked, kSoftcap>(s, dp, delta_of, dtanh);
-    if constexpr (kDropout) {
-      Tensor s_tiles = gmma_as_m16n8(acc_s);
-      scale_by_keep_bits(s_tiles, keep_bits, p.dropout.keep_scale);  // P^T z, for dV
-    }
+    step_gradients_of_scores<kMasked, kSoftcap, kDropout, kAlibi>(p, acc_s, acc_dp, coords, drop_coords, dropout_rng,
+                                                                 lse_of, delta_of, visible, t.batch, step.head, key0,
+                                                                 row0, shift);
 
     // P^T and dS^T to shared memory; the other warpgroup writes the other query columns.
     {
