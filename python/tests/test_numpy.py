@@ -63,15 +63,19 @@ def test_forward_and_backward_match_reference(case, dtype):
         assert rel_err(got, ref) < 2 * TOLERANCE[dtype]
 
 
+def varlen_inputs(rng, lengths_q, lengths_k, hq, hk, d):
+    """Packed q, k, v, dout (float32) of sequences of these lengths, and their int32 offsets."""
+    cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
+    q = randn(rng, (cu_q[-1], hq, d), np.float32)
+    k, v = randn(rng, (cu_k[-1], hk, d), np.float32), randn(rng, (cu_k[-1], hk, d), np.float32)
+    return q, k, v, randn(rng, q.shape, np.float32), cu_q, cu_k
+
+
 def test_varlen_matches_reference():
     rng = np.random.default_rng(7)
     lengths_q, lengths_k = [3, 0, 7, 1, 5], [5, 2, 7, 0, 9]
-    cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
-    cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
-    hq, hk, d = 4, 2, 32
-    q = randn(rng, (cu_q[-1], hq, d), np.float32)
-    k, v = randn(rng, (cu_k[-1], hk, d), np.float32), randn(rng, (cu_k[-1], hk, d), np.float32)
-    dout = randn(rng, q.shape, np.float32)
+    q, k, v, dout, cu_q, cu_k = varlen_inputs(rng, lengths_q, lengths_k, hq=4, hk=2, d=32)
     options = dict(causal=True, window_size=(4, -1))
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = attention_varlen(q, k, v, cu_q, cu_k, dout=dout, **options)
     _check_varlen(q, k, v, dout, cu_q, cu_k, lengths_q, lengths_k, options, ref_out, ref_lse, ref_dq, ref_dk, ref_dv)
@@ -83,12 +87,8 @@ def test_varlen_alibi_matches_reference(slopes_shape, causal):
     """ALiBi measures distance with each sequence's own lengths."""
     rng = np.random.default_rng(8)
     lengths_q, lengths_k = [3, 0, 7, 9, 5], [5, 2, 7, 4, 9]
-    cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
-    cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
-    hq, hk, d = 4, 2, 32
-    q = randn(rng, (cu_q[-1], hq, d), np.float32)
-    k, v = randn(rng, (cu_k[-1], hk, d), np.float32), randn(rng, (cu_k[-1], hk, d), np.float32)
-    dout = randn(rng, q.shape, np.float32)
+    q, k, v, dout, cu_q, cu_k = varlen_inputs(rng, lengths_q, lengths_k, hq=4, hk=2, d=32)
+    hq = q.shape[1]
     shape = (hq,) if slopes_shape == "heads" else (len(lengths_q), hq)
     options = dict(causal=causal, alibi_slopes=rng.uniform(0.1, 1.0, shape).astype(np.float32))
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = attention_varlen(q, k, v, cu_q, cu_k, dout=dout, **options)

@@ -43,6 +43,11 @@ def require_kernels(device, dtype, head_dim):
         pytest.skip(_probed[key])
 
 
+def cu_seqlens(lengths, device):
+    """int32 offsets of packed sequences of these lengths: [0, l0, l0 + l1, ...]."""
+    return torch.tensor([sum(lengths[:i]) for i in range(len(lengths) + 1)], dtype=torch.int32, device=device)
+
+
 def make(shape, device, dtype, seed):
     g = torch.Generator(device="cpu").manual_seed(seed)
     return torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
@@ -113,10 +118,8 @@ def test_flash_attn_varlen_func(config):
     device, dtype, d = config
     require_kernels(device, dtype, d)
     lengths_q, lengths_k = [5, 0, 33, 1, 17], [9, 3, 33, 0, 40]
-    offsets_q = [sum(lengths_q[:i]) for i in range(len(lengths_q) + 1)]
-    offsets_k = [sum(lengths_k[:i]) for i in range(len(lengths_k) + 1)]
-    cu_q = torch.tensor(offsets_q, dtype=torch.int32, device=device)
-    cu_k = torch.tensor(offsets_k, dtype=torch.int32, device=device)
+    cu_q, cu_k = cu_seqlens(lengths_q, device), cu_seqlens(lengths_k, device)
+    offsets_q, offsets_k = cu_q.tolist(), cu_k.tolist()
     hq, hk = 4, 2
     q = make((sum(lengths_q), hq, d), device, dtype, 11)
     k, v = make((sum(lengths_k), hk, d), device, dtype, 12), make((sum(lengths_k), hk, d), device, dtype, 13)
@@ -273,10 +276,8 @@ def test_varlen_alibi_against_pytorch(config, causal):
     device, dtype, d = config
     require_kernels(device, dtype, d)
     lengths_q, lengths_k = [5, 0, 33, 20, 17], [9, 3, 33, 7, 40]
-    offsets_q = [sum(lengths_q[:i]) for i in range(len(lengths_q) + 1)]
-    offsets_k = [sum(lengths_k[:i]) for i in range(len(lengths_k) + 1)]
-    cu_q = torch.tensor(offsets_q, dtype=torch.int32, device=device)
-    cu_k = torch.tensor(offsets_k, dtype=torch.int32, device=device)
+    cu_q, cu_k = cu_seqlens(lengths_q, device), cu_seqlens(lengths_k, device)
+    offsets_q, offsets_k = cu_q.tolist(), cu_k.tolist()
     hq, hk = 4, 2
     slopes = torch.rand(len(lengths_q), hq, generator=torch.Generator().manual_seed(5)).to(device)
     q = make((sum(lengths_q), hq, d), device, dtype, 15).requires_grad_()
