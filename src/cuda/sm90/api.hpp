@@ -42,11 +42,16 @@ inline bool supports_forward(const detail::ForwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.out, true) && head_columns(p).vectors;
 }
+// Whether the sm90 backward splits the head dim between its consumer warpgroups at this head dim
+// (backward_traits.cuh): their dK/dV no longer fit in registers otherwise. Those consumers add dQ
+// themselves, with no dQ writer warp to order the adds, so deterministic mode runs sm80 there.
+constexpr bool backward_splits_head_dim(int head_dim) { return head_dim > 128; }
+
 inline bool supports_backward(const detail::BackwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.dout, true) && head_columns(p).vectors &&
          !(p.dropout.enabled() && p.alibi.enabled()) &&  // no instance for the pair: sm80 runs it
-         !(p.deterministic && p.head_dim > 128);  // ordered dQ adds only up to 128 (backward_traits.cuh)
+         !(p.deterministic && backward_splits_head_dim(p.head_dim));
 }
 
 template <class Element, int HeadDim>

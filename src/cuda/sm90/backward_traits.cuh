@@ -25,6 +25,7 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "cuda/sm90/api.hpp"             // backward_splits_head_dim
 #include "cuda/sm90/forward_traits.cuh"  // smem_layout_atom
 
 namespace flashattn::cuda::sm90 {
@@ -35,9 +36,6 @@ using namespace cute;
 constexpr bool backward_head_dim_supported(int head_dim) {
   return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;
 }
-// Whether a head dim runs the head-dim-split arrangement (above), whose consumers add dQ
-// themselves: no dQ writer warp, so no deterministic (ordered) adds.
-constexpr bool backward_splits_head_dim(int head_dim) { return head_dim > 128; }
 
 template <class Element_, int kHeadDim_>
 struct BackwardTraits {
