@@ -2,10 +2,10 @@
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
 //                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P] [--dtype f16|bf16|f32]
-//                 [--backend auto|cpu|cuda] [--backward] [--check-rows R] [--seed S]
+//                 [--backend auto|cpu|cuda] [--backward [--deterministic]] [--check-rows R] [--seed S]
 //                 [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
-//                   [--backward] [--json FILE [--plot]]
+//                   [--backward [--deterministic]] [--json FILE [--plot]]
 //   flashattn info
 #include <algorithm>
 #include <cstdio>
@@ -117,10 +117,10 @@ int run_kv_cache(const Args& args, const Shape& s, std::uint64_t seed) {
 }
 
 int run_command(int argc, char** argv) {
-  const std::vector<std::string> flags = {"causal", "backward", "kv-cache", "alibi"};
+  const std::vector<std::string> flags = {"causal", "backward", "deterministic", "kv-cache", "alibi"};
   Args args(argc, argv, 2, flags);
   args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
-                       "alibi", "dropout", "dtype", "backend", "backward", "check-rows", "seed", "kv-cache",
+                       "alibi", "dropout", "dtype", "backend", "backward", "deterministic", "check-rows", "seed", "kv-cache",
                        "page-size", "append", "rotary-dim"});
   if (!args.has("kv-cache") && (args.has("page-size") || args.has("append") || args.has("rotary-dim")))
     throw std::invalid_argument("--page-size, --append and --rotary-dim need --kv-cache");
@@ -142,6 +142,8 @@ int run_command(int argc, char** argv) {
   s.softcap = std::stof(args.get("softcap", "0"));
   s.dropout = std::stof(args.get("dropout", "0"));
   s.alibi = args.has("alibi");
+  s.deterministic = args.has("deterministic");
+  if (s.deterministic && !args.has("backward")) throw std::invalid_argument("--deterministic needs --backward");
   s.device = parse_backend(args.get("backend", "auto"));
   s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
   const bool with_backward = args.has("backward");
@@ -247,8 +249,10 @@ std::string plot_command() {
 }
 
 int bench_command(int argc, char** argv) {
-  Args args(argc, argv, 2, {"quick", "backward", "plot"});
-  args.reject_unknown({"backend", "dtype", "quick", "backward", "json", "suite", "plot"});
+  Args args(argc, argv, 2, {"quick", "backward", "deterministic", "plot"});
+  args.reject_unknown({"backend", "dtype", "quick", "backward", "deterministic", "json", "suite", "plot"});
+  if (args.has("deterministic") && !args.has("backward"))
+    throw std::invalid_argument("--deterministic needs --backward");
   std::string plotter;
   if (args.has("plot")) {  // checked before the sweep, which can take long
     if (!args.has("json")) throw std::invalid_argument("--plot needs --json FILE (the plot is written beside it)");
@@ -259,7 +263,8 @@ int bench_command(int argc, char** argv) {
   const DType dtype = parse_dtype(args.get("dtype", device == DeviceKind::cuda ? "bf16" : "f32"));
   const std::string suite = args.get("suite", device == DeviceKind::cuda ? "train" : "cpu");
   const bool with_backward = args.has("backward") && suite != "decode";
-  const auto shapes = bench_shapes(suite, device, dtype, args.has("quick"));
+  auto shapes = bench_shapes(suite, device, dtype, args.has("quick"));
+  for (Shape& s : shapes) s.deterministic = args.has("deterministic");
 
   struct Row { Shape s; double fwd_ms, fwd_tflops, bwd_ms = 0, bwd_tflops = 0; bool ok; };
   std::vector<Row> rows;
@@ -293,7 +298,7 @@ int bench_command(int argc, char** argv) {
   if (args.has("json")) {
     std::ofstream out(args.get("json", ""));
     out << "{\n  \"tool\": \"flashattn bench\",\n  \"suite\": \"" << suite << "\",\n  \"backend\": \"" << to_string(device) << "\",\n  \"dtype\": \""
-        << to_string(dtype) << "\",\n  \"rows\": [\n";
+        << to_string(dtype) << "\",\n  \"deterministic\": " << (args.has("deterministic") ? "true" : "false") << ",\n  \"rows\": [\n";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       out << "    {\"b\": " << r.s.batch << ", \"h\": " << r.s.heads << ", \"h_kv\": " << r.s.kv_heads()
@@ -329,11 +334,11 @@ void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
                "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P]\n"
-               "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward]\n"
+               "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward [--deterministic]]\n"
                "                       [--check-rows R] [--seed S]\n"
                "                       [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"
-               "                       [--quick] [--backward] [--json FILE [--plot]]\n"
+               "                       [--quick] [--backward [--deterministic]] [--json FILE [--plot]]\n"
                "       flashattn info\n"
                "\n"
                "bench --plot also writes FILE's plot beside it (FILE with .png: TFLOP/s or TB/s against sequence\n"

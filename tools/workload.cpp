@@ -26,6 +26,7 @@ std::string Shape::describe() const {
   if (softcap > 0) s << " softcap=" << softcap;
   if (dropout > 0) s << " dropout=" << dropout;
   if (alibi) s << " alibi";
+  if (deterministic) s << " deterministic";
   return s.str();
 }
 
@@ -115,6 +116,7 @@ void Workload::backward() {
   a.dq = st.view(6);
   a.dk = st.view(7);
   a.dv = st.view(8);
+  a.deterministic = st.shape.deterministic;
   flashattn::backward(a);
 }
 

@@ -17,6 +17,7 @@ struct Shape {
   float softcap = 0;
   float dropout = 0;  // dropout_p; the stream's seed is the workload's seed, its offset 0
   bool alibi = false;  // ALiBi with the standard geometric slopes 2^(-8k/heads), k = 1..heads
+  bool deterministic = false;  // backward: the same bits on every run
   DType dtype = DType::bf16;
   DeviceKind device = DeviceKind::cpu;
 
