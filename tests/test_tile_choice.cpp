@@ -12,6 +12,7 @@
 #include "cuda/common/tail_split.cuh"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm80/forward_heuristics.hpp"
+#include "cuda/sm90/backward_claim_order.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "support/cases.hpp"
 
@@ -266,6 +267,43 @@ TEST(Sm80TileChoice, SharedTableRunsBothPrefillTilesAtHeadDim256) {
   }
   EXPECT_TRUE(short_tiles) << "no d = 256 case runs the short prefill tile";
   EXPECT_TRUE(tall_tiles) << "no d = 256 case runs the 128 x 64 prefill tile";
+}
+
+// Every tile once; deterministic mode: each column's key blocks last to first, claimed
+// min(interleave, the group's columns) apart (the last group may be narrower).
+TEST(Sm90BackwardClaimOrder, EveryTileOnceAndDeterministicKeyBlocksLastToFirstInterleaved) {
+  using cuda::sm90::BackwardClaimOrder;
+  for (int n_blocks : {1, 3, 16}) {
+    for (int columns : {1, 5, 15, 16, 17}) {
+      for (int interleave : {0, 1, 4, 16}) {
+        const BackwardClaimOrder order{n_blocks, columns, interleave};
+        std::vector<std::vector<int>> claims(columns);  // per column: (claim index, key block) in order
+        std::set<std::pair<int, int>> seen;
+        for (int index = 0; index < n_blocks * columns; ++index) {
+          const auto p = order.at(index);
+          ASSERT_GE(p.n_block, 0);
+          ASSERT_LT(p.n_block, n_blocks);
+          ASSERT_GE(p.column, 0);
+          ASSERT_LT(p.column, columns);
+          EXPECT_TRUE(seen.insert({p.column, p.n_block}).second) << "index " << index;
+          claims[p.column].push_back(index);
+          const int position = int(claims[p.column].size()) - 1;
+          EXPECT_EQ(p.n_block, interleave == 0 ? position : n_blocks - 1 - position)
+              << "n_blocks " << n_blocks << ", columns " << columns << ", interleave " << interleave;
+        }
+        if (interleave == 0) continue;
+        for (int c = 0; c < columns; ++c) {
+          const int group_columns = std::min(interleave, columns - c / interleave * interleave);
+          for (std::size_t i = 1; i < claims[c].size(); ++i) EXPECT_EQ(claims[c][i] - claims[c][i - 1], group_columns);
+        }
+      }
+    }
+  }
+  // About a step's latency between a column's tiles: 132 CTAs, 2k queries (32 steps) -> 5.
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32), 5);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 256), 1);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 1), 16);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 0), 16);
 }
 
 }  // namespace

@@ -167,6 +167,9 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.dq_accum = dq_accum;
   p.dq_layout = dq_layout;
   p.dq_semaphore = semaphore;
+  const int steps_per_tile =
+      (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM * (problem.group_size() / rows.head_splits);
+  p.claim_interleave = problem.deterministic ? BackwardClaimOrder::deterministic_interleave(sm_count, steps_per_tile) : 0;
 
   p.n_blocks = n_blocks;
   const long long tiles = (long long)n_blocks * problem.heads_kv * rows.head_splits * problem.batch;

@@ -72,6 +72,8 @@ struct BackwardParams {
   // Deterministic mode: per (query head, dQ block) the number of CTAs that have added their
   // share, so that they add in key-block order; null otherwise.
   int* dq_semaphore;
+  // The claim order's interleave (backward_claim_order.hpp): 0 outside deterministic mode.
+  int claim_interleave;
 };
 
 }  // namespace flashattn::cuda::sm90

@@ -120,10 +120,11 @@ CUTE_DEVICE void wait_for_turn(int const* counter, int expected) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
-// Deterministic mode: waits until this thread's bulk reduce-adds are complete in global memory,
-// then lets the next key block's CTA add its share.
+// Deterministic mode: waits until this thread's bulk reduce-adds but the last kPending groups are
+// complete in global memory, then lets the next key block's CTA add its share.
+template <int kPending>
 CUTE_DEVICE void pass_turn(int* counter) {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
   __threadfence();
   atomicAdd(counter, 1);
 }
@@ -142,6 +143,7 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
 #pragma unroll
     for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
   };
+  int* pending = nullptr;  // deterministic mode: the dQ block whose turn passes next
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
     const std::int64_t block = first_block + step.m_block;
@@ -149,7 +151,7 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     // The staging is free for this step once the previous step's adds have read it: signalled at
     // the end of the previous step within a tile (below), here for a tile's first.
     if (s == 0) release_staging();
-    int* counter = nullptr;
+    int* counter = nullptr;  // deterministic mode: this step's dQ block's
     if (p.dq_semaphore != nullptr) {
       counter = p.dq_semaphore + std::int64_t(step.head) * p.dq_layout.blocks_per_head + block;
       const KeyTileRange adders =
@@ -165,9 +167,14 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     // The consumers may stage the next step's dQ as soon as these adds have read this one, before
     // (deterministic mode) the adds complete in global memory and the turn passes.
     if (s + 1 < t.steps) release_staging();
-    if (lane == 0 && counter != nullptr) pass_turn(counter);
+    // The previous step's turn passes once its adds are complete, which they mostly are by now:
+    // waiting for this step's instead would hold up the next step's adds by their latency.
+    if (lane == 0 && pending != nullptr) pass_turn<1>(pending);
+    pending = counter;
     __syncwarp();
   }
+  if (lane == 0 && pending != nullptr) pass_turn<0>(pending);
+  __syncwarp();
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -8,6 +8,7 @@
 
 #include "cuda/common/mask_tiles.cuh"
 #include "cuda/common/sequence_rows.cuh"
+#include "cuda/sm90/backward_claim_order.hpp"
 #include "cuda/sm90/backward_params.cuh"
 
 namespace flashattn::cuda::sm90 {
@@ -33,21 +34,18 @@ struct BackwardTile {
   CUTE_DEVICE Step step(int s) const { return {head_first + s / m_count, m_first + s % m_count}; }
 };
 
-// Tile `index` of the CTAs' order: key blocks fastest, then (KV head, chunk), then sequences. The
-// CTAs of one head run close together and share its Q and dO through L2; under a causal mask a
-// head's longest tiles (its first key blocks) come first. In deterministic mode the key blocks
-// come last to first, the order in which they add to dQ (backward_producer.cuh): every tile that
-// must add before another was claimed before it, so the CTAs never wait for a tile nobody runs.
+// Tile `index` of the CTAs' order (backward_claim_order.hpp).
 template <class Traits>
 CUTE_DEVICE BackwardTile backward_tile(BackwardParams<Traits> const& p, int index) {
   BackwardTile t;
   const int columns = p.heads_kv * p.head_splits;
-  t.n_block = index % p.n_blocks;
-  if (p.dq_semaphore != nullptr) t.n_block = p.n_blocks - 1 - t.n_block;
-  const int column = index / p.n_blocks % columns;
+  const BackwardTilePosition position =
+      BackwardClaimOrder{p.n_blocks, p.num_tiles / p.n_blocks, p.claim_interleave}.at(index);
+  t.n_block = position.n_block;
+  const int column = position.column % columns;
   t.kv_head = column / p.head_splits;
   t.split = column % p.head_splits;
-  t.batch = index / p.n_blocks / columns;
+  t.batch = position.column / columns;
   const int split = t.split;
   t.seq = sequence_rows(t.batch, p.seqlen_q, p.seqlen_k, p.cu_seqlens_q, p.cu_seqlens_k);
   t.key0 = t.n_block * Traits::kBlockN;
