@@ -299,11 +299,15 @@ TEST(Sm90BackwardClaimOrder, EveryTileOnceAndDeterministicKeyBlocksLastToFirstIn
       }
     }
   }
-  // About a step's latency between a column's tiles: 132 CTAs, 2k queries (32 steps) -> 5.
-  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32), 5);
-  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 256), 1);
-  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 1), 16);
-  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 0), 16);
+  // 132 CTAs, 50 MB of L2. n = 2k (32 steps): 5 tiles of a column at once -> 27 columns, as
+  // many as fit (d = 64: 1 MB each; d = 128: 2 MB, 12 fit).
+  const long long l2 = 50LL << 20;
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32, 1LL << 20, l2), 25);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32, 2LL << 20, l2), 12);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32, 1LL << 10, l2), 27);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 1024, 1LL << 10, l2), 2);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 0, 0, l2), 132);
+  EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32, l2, l2), 1);  // none fits: 1
 }
 
 }  // namespace

@@ -8,13 +8,13 @@
 //
 // Deterministic mode: key blocks last to first, the order in which they add to dQ
 // (backward_producer.cuh), so every tile that must add before another was claimed before it and
-// the CTAs never wait for a tile nobody runs. And the tiles of `interleave` columns take turns
-// (column c's key block n, column c + 1's, ..., then column c's key block n - 1): a tile adds to
-// a dQ block only after the next key block's tile has, an add's latency at least, so a column's
-// tiles claimed back to back (all at once when CTAs free up together) trail each other by that
-// latency at every step, and its first key block's tile finishes (key blocks - 1) latencies late.
-// Claimed `interleave` claims apart, a tile starts that much later instead, while its CTA still
-// works on its previous tile.
+// the CTAs never wait for a tile nobody runs. And without a mask the tiles of `interleave`
+// columns take turns (column c's key block n, column c + 1's, ..., then column c's key block
+// n - 1). Without a mask a column's tiles walk the same query blocks in step, and a tile adds to
+// a dQ block only after the next key block's tile has, an add's latency later: the k tiles of a
+// column that run at once chain k - 1 latencies (at d = 64 about as long as a step). Equally long
+// tiles start in waves of as many as there are CTAs, so interleaving columns is what makes k
+// small.
 #include <algorithm>
 
 #include "common/host_device.hpp"
@@ -40,12 +40,13 @@ struct BackwardClaimOrder {
     return {n_blocks - 1 - within / group_columns, group * interleave + within % group_columns};
   }
 
-  // Deterministic mode's interleave: a column's consecutive tiles are claimed about interleave *
-  // (a tile's steps) / ctas steps apart, and an add's latency is about a step at d = 64 (the
-  // shortest step): so ctas / steps columns, at most 16 (their Q and dO share L2).
-  static int deterministic_interleave(int ctas, int steps_per_tile) {
-    steps_per_tile = std::max(steps_per_tile, 1);
-    return std::clamp((ctas + steps_per_tile - 1) / steps_per_tile, 1, 16);
+  // Deterministic mode's interleave without a mask: at most 1 + steps / 8 tiles of a column in
+  // a wave of `ctas` (the chained latencies an eighth of a tile or less), as far as the columns'
+  // Q, dO and fp32 dQ (column_bytes each) fit in half the L2.
+  static int deterministic_interleave(int ctas, int steps_per_tile, long long column_bytes, long long l2_bytes) {
+    const int together = 1 + std::max(steps_per_tile, 0) / 8;
+    const long long fit = column_bytes > 0 ? l2_bytes / 2 / column_bytes : ctas;
+    return int(std::max(1LL, std::min<long long>((ctas + together - 1) / together, fit)));
   }
 };
 

@@ -41,7 +41,6 @@ void run_backward(const detail::BackwardProblem& problem) {
                 std::to_string(problem.batch));
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
   const auto [sms, l2_bytes] = device_facts(problem.device_index);
-  (void)l2_bytes;
   const int sm_count = usable_sms(problem, sms);
 
   // The row pass's parameters (the sm80 family's layout of the per-row workspace). The row
@@ -167,9 +166,16 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.dq_accum = dq_accum;
   p.dq_layout = dq_layout;
   p.dq_semaphore = semaphore;
-  const int steps_per_tile =
-      (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM * (problem.group_size() / rows.head_splits);
-  p.claim_interleave = problem.deterministic ? BackwardClaimOrder::deterministic_interleave(sm_count, steps_per_tile) : 0;
+  p.claim_interleave = 0;
+  if (problem.deterministic) {
+    const bool masked = problem.window_left >= 0 || problem.window_right >= 0;
+    const int heads_per_tile = problem.group_size() / rows.head_splits;
+    const int steps_per_tile = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM * heads_per_tile;
+    const long long column_bytes =
+        (long long)problem.seqlen_q * heads_per_tile * HeadDim * (2 * sizeof(Element) + sizeof(float));
+    p.claim_interleave =
+        masked ? 1 : BackwardClaimOrder::deterministic_interleave(sm_count, steps_per_tile, column_bytes, l2_bytes);
+  }
 
   p.n_blocks = n_blocks;
   const long long tiles = (long long)n_blocks * problem.heads_kv * rows.head_splits * problem.batch;
