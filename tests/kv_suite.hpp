@@ -32,18 +32,22 @@ inline void expect_kvcache_ok(const KvCase& c, DType dtype, DeviceKind device) {
   SCOPED_TRACE(r.describe());
   EXPECT_TRUE(r.all_written);
   EXPECT_TRUE(r.cache_ok);
+  EXPECT_TRUE(r.masked_rows_ok);
   EXPECT_LE(r.out_error, kv_tolerance(r.out_baseline, dtype, c.head_dim));
   Case lc;
   lc.head_dim = c.head_dim;
   EXPECT_LE(r.lse_error, lse_tolerance(dtype, lc));
 }
 
-inline void expect_paged_varlen_ok(int page_size, bool causal, DType dtype, DeviceKind device) {
+inline void expect_paged_varlen_ok(int page_size, bool causal, DType dtype, DeviceKind device,
+                                   Alibi alibi = Alibi::none) {
   const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", page " + std::to_string(page_size));
-  const KvCheck r = check_paged_varlen(page_size, causal, dtype, device, seed);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", page " + std::to_string(page_size) + (causal ? ", causal" : "") +
+               (alibi == Alibi::none ? "" : alibi == Alibi::heads ? ", alibi (heads_q,)" : ", alibi (batch, heads_q)"));
+  const KvCheck r = check_paged_varlen(page_size, causal, dtype, device, seed, alibi);
   SCOPED_TRACE(r.describe());
   EXPECT_TRUE(r.all_written);
+  EXPECT_TRUE(r.masked_rows_ok);
   EXPECT_LE(r.out_error, kv_tolerance(r.out_baseline, dtype, 64));
   Case lc;
   EXPECT_LE(r.lse_error, lse_tolerance(dtype, lc));

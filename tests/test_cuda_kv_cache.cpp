@@ -43,5 +43,16 @@ TEST(CudaPagedVarlen, Forward) {
   });
 }
 
+// ALiBi over paged K/V with seqused_k (the bias counts from each sequence's last key in use).
+TEST(CudaPagedVarlen, Alibi) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  run_or_skip_unsupported([&] {
+    for (int page : {16, 48, 256})
+      for (bool causal : {false, true})
+        for (Alibi alibi : {Alibi::heads, Alibi::batch_heads})
+          for (DType dtype : {DType::bf16, DType::f16}) expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cuda, alibi);
+  });
+}
+
 }  // namespace
 }  // namespace flashattn::testing

@@ -32,6 +32,14 @@ TEST(CpuPagedVarlen, Forward) {
     for (bool causal : {false, true}) expect_paged_varlen_ok(page, causal, DType::bf16, DeviceKind::cpu);
 }
 
+// ALiBi over paged K/V with seqused_k: the bias counts from each sequence's last key in use.
+TEST(CpuPagedVarlen, Alibi) {
+  for (int page : {16, 48})
+    for (bool causal : {false, true})
+      for (Alibi alibi : {Alibi::heads, Alibi::batch_heads})
+        for (DType dtype : {DType::f32, DType::bf16}) expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cpu, alibi);
+}
+
 // A valid paged KV-cache call with an append (2 sequences, pages of 16, 4 pages each); each
 // test breaks one thing.
 struct KvCall {

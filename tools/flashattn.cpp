@@ -351,7 +351,8 @@ void usage() {
                "queries per sequence, the cache's last --append N rows written by the call (rotated with\n"
                "--rotary-dim R). Prints time and K/V read bandwidth; checks every row against the float64\n"
                "reference (--check-rows 0 skips it: long caches take a while).\n"
-               "run --alibi adds ALiBi with the standard geometric slopes 2^(-8k/H), k = 1..H. --window L,R follows\n"
+               "run --alibi adds ALiBi with the standard geometric slopes 2^(-8k/H), k = 1..H (with --kv-cache too:\n"
+               "the distance is counted from the last key, the cache's rows after the append). --window L,R follows\n"
                "flash-attn: -1 or a size >= the key length is unbounded; with --causal, R is 0 whatever is given.\n");
 }
 

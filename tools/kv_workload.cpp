@@ -19,9 +19,11 @@ using host::HostTensor;
 struct KvWorkload::State {
   Shape s;
   KvOptions kv;
-  HostTensor q, k_cache, v_cache, k_new, v_new, cos, sin, table, seqlens, out;
+  HostTensor q, k_cache, v_cache, k_new, v_new, cos, sin, table, seqlens, out, slopes;
   std::vector<DeviceBuffer> device;
-  std::vector<HostTensor*> tensors() { return {&q, &k_cache, &v_cache, &k_new, &v_new, &cos, &sin, &table, &seqlens, &out}; }
+  std::vector<HostTensor*> tensors() {
+    return {&q, &k_cache, &v_cache, &k_new, &v_new, &cos, &sin, &table, &seqlens, &out, &slopes};
+  }
   TensorView view(int i) {
     HostTensor* t = tensors()[i];
     return s.device == DeviceKind::cuda ? t->view(DeviceKind::cuda, device[i].data()) : t->view();
@@ -41,6 +43,7 @@ struct KvWorkload::State {
     a.window_left = s.window_left;
     a.window_right = s.window_right;
     a.softcap = s.softcap;
+    if (s.alibi) a.alibi_slopes = v(10);
     return a;
   }
 };
@@ -82,6 +85,9 @@ KvWorkload::KvWorkload(const Shape& s, const KvOptions& kv, std::uint64_t seed) 
     st.cos.set(i, std::cos(a));
     st.sin.set(i, std::sin(a));
   }
+  // ALiBi (--alibi): the standard geometric slopes 2^(-8k/H), k = 1..H, as `run` takes them.
+  st.slopes = HostTensor(DType::f32, {h});
+  for (std::int64_t i = 0; i < h; ++i) st.slopes.set(i, float(std::exp2(-8.0 * double(i + 1) / double(h))));
   st.seqlens = HostTensor(DType::i32, {b});
   std::fill_n(static_cast<std::int32_t*>(st.seqlens.data()), b, std::int32_t(nk - kv.append));
   st.out.poison();

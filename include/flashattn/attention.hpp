@@ -81,7 +81,7 @@ struct ForwardArgs : AttentionOptions {
   // from 16 to 512. See flashattn/kv_cache.hpp for the KV-cache call.
   TensorView block_table;
   // Variable length, optional (int32, batch entries): sequence b uses only its first
-  // seqused_k[b] keys.
+  // seqused_k[b] keys (ALiBi's seqlen_k is then seqused_k[b]).
   TensorView seqused_k;
 };
 

@@ -28,6 +28,13 @@
 // caches only; distinct entries when appending). cache_leftpad (batch,) int32: the first cache
 // row of sequence b (left padding), <= cache_seqlens[b].
 //
+// ALiBi (alibi_slopes, optional: float32 (heads_q,) or (batch, heads_q), indexed by sequence b,
+// not by its cache batch): the score of query row i and cache row j gains
+//   -slope[b, h] * |i + (cache_seqlens[b] + seqlen_new) - seqlen_q - j|,
+// j counted from the cache's row 0 (cache_leftpad moves which rows are seen, not the distance):
+// flash-attn's bias with seqlen_k the rows the sequence sees, [cache_leftpad[b], cache_seqlens[b]
+// + seqlen_new), and keys counted from cache_leftpad[b].
+//
 // Every argument is validated first; on CPU tensors the contents of cache_seqlens, block_table,
 // cache_batch_idx and cache_leftpad are checked too (entries in range, the append fits, rotary
 // tables long enough). On error a flashattn::Error is thrown and nothing is written, the cache
@@ -56,6 +63,7 @@ struct KvCacheArgs {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.0f;
+  TensorView alibi_slopes;  // optional: ALiBi, as AttentionOptions::alibi_slopes (above)
   int num_splits = 0;  // split-KV count on the GPU; 0 = the library's heuristic
   void* stream = nullptr;
 };

@@ -130,7 +130,7 @@ sm_margin: CUDA, SMs that the persistent (Hopper) kernels leave free for kernels
 them on other streams (a communication library's); 0 = none.
 block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
 page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)
-int32, packed calls only: sequence b uses its first seqused_k[b] keys.
+int32, packed calls only: sequence b uses its first seqused_k[b] keys (ALiBi's seqlen_k then).
 dropout_p: drop each attention probability with this probability (kept ones scaled by
 1 / (1 - dropout_p)); which ones is a function of (dropout_seed, dropout_offset), or of the int64
 tensor dropout_state = (seed, offset) in q's memory, read when the call runs. The backward must
@@ -151,7 +151,10 @@ cache_seqlens[b] + i when causal or local, at cache_seqlens[b] otherwise); rotar
 pairs (2j, 2j+1) instead of (j, j + rotary_dim/2). cache_batch_idx (batch,) int32: the cache
 batch of each sequence (contiguous caches). cache_leftpad (batch,) int32: the first cache row of
 each sequence. The queries attend to rows [cache_leftpad[b], cache_seqlens[b] + seqlen_new),
-masks aligned to the bottom-right. num_splits: split-KV count on the GPU (0 = heuristic).
+masks aligned to the bottom-right. alibi_slopes: float32 (heads_q,) or (batch, heads_q): ALiBi,
+the score of query i and cache row j gains -slope * |i + seqlen_k - seqlen_q - j|, seqlen_k =
+cache_seqlens[b] + seqlen_new (cache_leftpad does not move it). num_splits: split-KV count on the
+GPU (0 = heuristic).
 lse: float32 (batch, heads_q, seqlen_q), optional. Other options as forward(). Raises as
 forward() does; on CPU tensors the index tensors' contents are checked (nothing is written,
 the caches included, on error).)";
@@ -224,7 +227,7 @@ NB_MODULE(_C, m) {
          nb::handle v, nb::handle rotary_cos, nb::handle rotary_sin, nb::handle cache_seqlens,
          nb::handle cache_batch_idx, nb::handle cache_leftpad, nb::handle block_table, bool rotary_interleaved,
          std::optional<float> softmax_scale, bool causal, std::pair<int, int> window_size, float softcap,
-         int num_splits, std::optional<std::uintptr_t> stream) {
+         nb::handle alibi_slopes, int num_splits, std::optional<std::uintptr_t> stream) {
         KvCache c;
         KvCacheArgs& a = c.args;
         a.q = c.views.input(q, "q", kValueDTypes);
@@ -249,6 +252,7 @@ NB_MODULE(_C, m) {
         a.window_left = window_size.first;
         a.window_right = window_size.second;
         a.softcap = softcap;
+        a.alibi_slopes = c.views.input(alibi_slopes, "alibi_slopes", kLseDType);  // float32
         a.num_splits = num_splits;
         a.stream = reinterpret_cast<void*>(stream ? *stream : current_stream(q, a.q));
         run(&flashattn::forward_kvcache, a);
@@ -257,8 +261,8 @@ NB_MODULE(_C, m) {
       "v"_a = nb::none(), "rotary_cos"_a = nb::none(), "rotary_sin"_a = nb::none(), "cache_seqlens"_a = nb::none(),
       "cache_batch_idx"_a = nb::none(), "cache_leftpad"_a = nb::none(), "block_table"_a = nb::none(),
       "rotary_interleaved"_a = false, "softmax_scale"_a = nb::none(), "causal"_a = false,
-      "window_size"_a = std::make_pair(-1, -1), "softcap"_a = 0.0f, "num_splits"_a = 0, "stream"_a = nb::none(),
-      kForwardKvcacheDoc);
+      "window_size"_a = std::make_pair(-1, -1), "softcap"_a = 0.0f, "alibi_slopes"_a = nb::none(), "num_splits"_a = 0,
+      "stream"_a = nb::none(), kForwardKvcacheDoc);
 
   m.def(
       "backward",

@@ -1,7 +1,7 @@
 """flashattn.torch.flash_attn_with_kvcache and paged flash_attn_varlen_func against attention in
 float64 built here from the logical cache: contiguous and paged caches, append + rotary in one
-call, cache_batch_idx, cache_leftpad, masks, GQA; CPU tensors always, CUDA tensors where there
-is a GPU and a CUDA build."""
+call, cache_batch_idx, cache_leftpad, masks, GQA, ALiBi; CPU tensors always, CUDA tensors where
+there is a GPU and a CUDA build."""
 import math
 
 import pytest
@@ -171,8 +171,12 @@ def test_block_table_bounds(device):
 def test_errors():
     q = torch.randn(2, 1, 4, 32)
     kc = torch.randn(2, 16, 2, 32)
-    with pytest.raises(NotImplementedError, match="alibi_slopes"):
-        flash_attn_with_kvcache(q, kc, kc, alibi_slopes=torch.ones(2, 4))
+    with pytest.raises(ValueError, match="alibi_slopes.shape"):
+        flash_attn_with_kvcache(q, kc, kc, alibi_slopes=torch.ones(3, 4))
+    with pytest.raises(TypeError, match="alibi_slopes.dtype"):
+        flash_attn_with_kvcache(q, kc, kc, alibi_slopes=torch.ones(4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="alibi_slopes"):
+        flash_attn_with_kvcache(q, kc, kc, alibi_slopes=[0.5] * 4)
     with pytest.raises(ValueError, match="page_size"):
         flash_attn_with_kvcache(q, torch.randn(3, 24, 2, 32), torch.randn(3, 24, 2, 32),
                                 block_table=torch.zeros(2, 1, dtype=torch.int32))  # fmt: skip
@@ -235,3 +239,150 @@ def test_cache_is_never_copied():
     kc = torch.randn(1, 16, 2, 64)[..., ::2]
     with pytest.raises(ValueError, match="k_cache.stride"):
         flash_attn_with_kvcache(q, kc, kc, cache_seqlens=4)
+
+
+def kv_alibi_reference(q, k_cache, v_cache, start, end, slopes, causal, window, softcap):
+    """One sequence of a KV-cache call with ALiBi, as flash-attn's test states it, in q's dtype (and
+    float64 for float64 inputs): q (sq, hq, d) against the whole logical cache (n, hk, d), keys
+    counted from cache row 0; the sequence sees rows [start, end) (start = cache_leftpad, end =
+    cache_seqlens + seqlen_new). Query i's diagonal is row i + end - sq: causal and windows cut
+    around it and the bias is -slope * |i + end - sq - j|. Returns (out (sq, hq, d), lse (hq, sq)),
+    rows that see no key 0 and -inf."""
+    sq, hq, d = q.shape
+    n, hk = k_cache.shape[0], k_cache.shape[1]
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(sq)[:, None]
+    j = torch.arange(n)[None, :]
+    diag = i + end - sq
+    seen = (j >= start) & (j < end)
+    if left >= 0:
+        seen = seen & (j >= diag - left)
+    if right >= 0:
+        seen = seen & (j <= diag + right)
+    seen = seen.expand(sq, n)
+    seen = seen.to(q.device)
+    kt = k_cache.repeat_interleave(hq // hk, dim=1).transpose(0, 1)  # (hq, n, d)
+    vt = v_cache.repeat_interleave(hq // hk, dim=1).transpose(0, 1)
+    s = (q.transpose(0, 1) @ kt.transpose(1, 2)) / math.sqrt(d)  # (hq, sq, n)
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    distance = (diag - j).abs().to(device=q.device, dtype=s.dtype)
+    s = s - slopes.to(s.dtype)[:, None, None] * distance
+    s = s.masked_fill(~seen, float("-inf"))
+    lse = torch.logsumexp(s.double(), dim=-1)
+    any_seen = seen.any(dim=1)  # (sq,)
+    p = torch.softmax(s.masked_fill(~any_seen[:, None], 0.0), dim=-1) * any_seen[:, None]
+    return (p @ vt).transpose(0, 1), lse
+
+
+@pytest.mark.parametrize("device,dtype", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize(
+    "page,seqlen_q,seqlen_new,causal,window,softcap,leftpad,batch_idx,per_sequence,head_dim,num_splits",
+    [
+        (None, 1, 0, False, (-1, -1), 0.0, False, False, False, 64, 0),  # decoding; sequence 0: no key
+        (16, 1, 1, True, (-1, -1), 0.0, True, False, True, 64, 3),  # decoding step, leftpad, split keys
+        (256, 4, 4, True, (-1, -1), 0.0, False, False, True, 64, 0),  # speculative decoding
+        (48, 17, 17, True, (20, 0), 5.0, False, False, False, 64, 0),  # chunked prefill, window, softcap
+        (None, 3, 2, False, (-1, -1), 0.0, True, True, True, 59, 0),  # leftpad + cache_batch_idx, odd d
+        (None, 7, 0, False, (5, 3), 0.0, True, False, False, 96, 2),  # two-sided window
+        (16, 5, 0, True, (-1, -1), 0.0, True, False, True, 32, 0),  # more queries than keys: masked rows
+    ],
+)
+def test_kvcache_alibi(device, dtype, page, seqlen_q, seqlen_new, causal, window, softcap, leftpad, batch_idx,
+                       per_sequence, head_dim, num_splits):  # fmt: skip
+    """ALiBi in flash_attn_with_kvcache: the bias counts from the cache's last row after the append
+    (cache_seqlens + seqlen_new), keys from cache row 0 (cache_leftpad only hides rows), slopes of
+    (batch, nheads) by sequence, not by cache batch; every layout of the cache."""
+    g = torch.Generator().manual_seed(4)
+    b, hq, hk, d, n = 3, 8, 2, head_dim, 768  # n: whole pages of 16, 48 and 256
+    q = torch.randn(b, seqlen_q, hq, d, generator=g).to(device, dtype)
+    k_log = torch.randn(b, n, hk, d, generator=g).to(device, dtype)
+    v_log = torch.randn(b, n, hk, d, generator=g).to(device, dtype)
+    k_new = torch.randn(b, seqlen_new, hk, d, generator=g).to(device, dtype) if seqlen_new else None
+    v_new = torch.randn(b, seqlen_new, hk, d, generator=g).to(device, dtype) if seqlen_new else None
+    slopes = (torch.rand((b, hq) if per_sequence else (hq,), generator=g) * 0.5 + 0.05).to(device)
+    cache_seqlens = torch.tensor([0, 100, n - max(seqlen_new, seqlen_q)], dtype=torch.int32, device=device)
+    pad = None
+    if leftpad:  # sequence 0: 2 keys before the append (fewer than the queries of the last case)
+        cache_seqlens[0] = 5
+        pad = torch.tensor([3, 7, 130], dtype=torch.int32, device=device)
+    kwargs = dict(k=k_new, v=v_new, cache_seqlens=cache_seqlens, causal=causal, window_size=window, softcap=softcap,
+                  cache_leftpad=pad, alibi_slopes=slopes, num_splits=num_splits, return_softmax_lse=True)  # fmt: skip
+    if page:
+        k_cache, table = paged(k_log, page, generator=g)
+        v_cache = torch.empty_like(k_cache)
+        v_cache[table.long().flatten()] = v_log.reshape(-1, page, hk, d)
+        kwargs["block_table"] = table
+    elif batch_idx:
+        idx = torch.tensor([4, 0, 2], dtype=torch.int32, device=device)
+        k_cache = torch.randn(5, n, hk, d, generator=g).to(device, dtype)
+        v_cache = torch.randn(5, n, hk, d, generator=g).to(device, dtype)
+        k_cache[idx.long()] = k_log
+        v_cache[idx.long()] = v_log
+        kwargs["cache_batch_idx"] = idx
+    else:
+        k_cache, v_cache = k_log.clone(), v_log.clone()
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
+
+    k_exp, v_exp = k_log.clone(), v_log.clone()
+    for i in range(b):
+        rows = slice(int(cache_seqlens[i]), int(cache_seqlens[i]) + seqlen_new)
+        if seqlen_new:
+            k_exp[i, rows], v_exp[i, rows] = k_new[i], v_new[i]
+    masked_rows = 0
+    for i in range(b):
+        start = int(pad[i]) if leftpad else 0
+        end = int(cache_seqlens[i]) + seqlen_new
+        slope = slopes[i] if per_sequence else slopes
+        args = (start, end, slope, causal, window, softcap)
+        ref, ref_lse = kv_alibi_reference(q[i].double(), k_exp[i].double(), v_exp[i].double(), *args)
+        base, _ = kv_alibi_reference(q[i], k_exp[i], v_exp[i], *args)
+        assert rel_err(out[i], ref) <= 2 * rel_err(base, ref) + FLOOR[dtype]
+        seen = torch.isfinite(ref_lse)
+        assert torch.allclose(lse[i][seen].double(), ref_lse[seen], atol=1e-3, rtol=1e-3)
+        # Rows that see no key: out exactly 0, LSE -inf.
+        assert torch.all(lse[i][~seen] == float("-inf"))
+        assert torch.all(out[i].transpose(0, 1)[~seen] == 0)
+        masked_rows += int((~seen).sum())
+    if not leftpad and seqlen_new == 0:
+        assert masked_rows > 0  # sequence 0's empty cache
+    if (page, seqlen_q) == (16, 5):
+        assert masked_rows == 3 * hq  # sequence 0: 2 keys, 5 causal queries
+
+
+@pytest.mark.parametrize("device,dtype", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqused", [False, True])
+def test_varlen_paged_alibi(device, dtype, causal, seqused):
+    """ALiBi over a paged cache in the varlen forward: seqlen_k is each sequence's keys in use
+    (seqused_k[b] when given)."""
+    g = torch.Generator().manual_seed(5)
+    lens_q, lens_k, page, hq, hk, d = [3, 1, 40], [300, 1, 512], 16, 4, 2, 64
+    used = [250, 0, 37] if seqused else lens_k  # sequence 1 sees no key; 2 sees fewer than it has queries
+    q = torch.randn(sum(lens_q), hq, d, generator=g).to(device, dtype)
+    k_log = torch.randn(3, 512, hk, d, generator=g).to(device, dtype)
+    v_log = torch.randn(3, 512, hk, d, generator=g).to(device, dtype)
+    k_cache, table = paged(k_log, page, generator=g)
+    v_cache = torch.empty_like(k_cache)
+    v_cache[table.long().flatten()] = v_log.reshape(-1, page, hk, d)
+    slopes = (torch.rand(3, hq, generator=g) * 0.5 + 0.05).to(device)
+    cu_q = torch.tensor([0, 3, 4, 44], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, 300, 301, 813], dtype=torch.int32, device=device)
+    extra = dict(seqused_k=torch.tensor(used, dtype=torch.int32, device=device)) if seqused else {}
+    out, lse, *_ = flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 40, 512, causal=causal,
+                                          block_table=table, alibi_slopes=slopes, return_attn_probs=True,
+                                          **extra)  # fmt: skip
+    for i in range(3):
+        qs = q[cu_q[i] : cu_q[i + 1]]
+        args = (0, used[i], slopes[i], causal, (-1, -1), 0.0)
+        ref, ref_lse = kv_alibi_reference(qs.double(), k_log[i].double(), v_log[i].double(), *args)
+        base, _ = kv_alibi_reference(qs, k_log[i], v_log[i], *args)
+        got = out[cu_q[i] : cu_q[i + 1]]
+        assert rel_err(got, ref) <= 2 * rel_err(base, ref) + FLOOR[dtype]
+        seen = torch.isfinite(ref_lse)
+        got_lse = lse[:, cu_q[i] : cu_q[i + 1]]
+        assert torch.allclose(got_lse[seen].double(), ref_lse[seen], atol=1e-3, rtol=1e-3)
+        assert torch.all(got_lse[~seen] == float("-inf"))
+        assert torch.all(got.transpose(0, 1)[~seen] == 0)

@@ -283,6 +283,10 @@ KvCachePlan make_kvcache_plan(const KvCacheArgs& a) {
   f.window_left = a.window_left;
   f.window_right = a.window_right;
   f.softcap = a.softcap;
+  // ALiBi: the shared checks and the bias of every backend (common/alibi.hpp) see the sequence's
+  // key range [cache_leftpad, cache_seqlens + seqlen_new) as its keys (problem.kv), which is
+  // flash-attn's KV-cache bias.
+  f.alibi_slopes = a.alibi_slopes;
   f.stream = a.stream;
   f.q = q;
   f.out = a.out;

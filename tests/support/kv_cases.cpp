@@ -159,13 +159,175 @@ std::vector<KvCase> kv_cases() {
     c.causal = true;
     t.push_back(c);
   }
+  // ALiBi (common/alibi.hpp) over a cache: the distance counts from the sequence's last key,
+  // cache_seqlens + seqlen_new, whatever cache_leftpad and the pages; slopes per query head or
+  // per (sequence, query head), the latter indexed by the sequence, not its cache batch. Decoding
+  // packs a GQA group's query heads into one tile (each row its own slope) and splits the keys
+  // (the heuristic, and forced counts); prefill tiles; every kernel width; a row that sees no key.
+  {
+    KvCase c;
+    c.alibi = Alibi::heads;
+    c.name = "alibi_decode_contiguous";
+    c.cache_seqlens = {17, 250};
+    t.push_back(c);
+    c.name = "alibi_decode_contiguous_splits3";
+    c.cache_rows = 1100;
+    c.cache_seqlens = {1000, 389};
+    c.num_splits = 3;
+    t.push_back(c);
+    c.name = "alibi_batch_decode_paged16_leftpad_gqa4_splits5";
+    c.alibi = Alibi::batch_heads;
+    c.heads_q = 8;
+    c.page_size = 16;
+    c.cache_rows = 1024;
+    c.cache_seqlens = {900, 517};
+    c.leftpad = {37, 0};
+    c.num_splits = 5;
+    t.push_back(c);
+    c.name = "alibi_batch_decode_paged256_leftpad_gqa4_causal";  // the heuristic's splits
+    c.page_size = 256;
+    c.cache_seqlens = {1000, 300};
+    c.leftpad = {0, 129};
+    c.num_splits = 0;
+    c.causal = true;
+    t.push_back(c);
+    c.name = "alibi_decode_empty_cache";  // sequence 0 sees no key: out 0, LSE -inf
+    c.alibi = Alibi::heads;
+    c.page_size = 0;
+    c.cache_rows = 300;
+    c.cache_seqlens = {0, 5};
+    c.leftpad = {};
+    c.causal = false;
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.alibi = Alibi::batch_heads;
+    c.name = "alibi_batch_append_rotary_paged16_causal";
+    c.page_size = 16;
+    c.cache_rows = 256;
+    c.cache_seqlens = {0, 200};
+    c.seqlen_q = c.seqlen_new = 3;
+    c.rotary_dim = 32;
+    c.causal = true;
+    t.push_back(c);
+    c.name = "alibi_append_rotary_interleaved_noncausal";  // seqlen_q != seqlen_new
+    c.alibi = Alibi::heads;
+    c.page_size = 0;
+    c.cache_rows = 100;
+    c.cache_seqlens = {10, 97};
+    c.seqlen_q = 4;
+    c.seqlen_new = 2;
+    c.rotary_dim = 64;
+    c.interleaved = true;
+    c.causal = false;
+    t.push_back(c);
+    c.name = "alibi_batch_append_leftpad_batch_idx";  // slopes by sequence, K/V from permuted cache batches
+    c.alibi = Alibi::batch_heads;
+    c.batch = 3;
+    c.batch_idx = true;
+    c.leftpad = {3, 0, 11};
+    c.cache_seqlens = {40, 7, 60};
+    c.seqlen_q = 2;
+    c.seqlen_new = 1;
+    c.rotary_dim = 16;
+    c.interleaved = false;
+    t.push_back(c);
+    c.name = "alibi_batch_append_leftpad_batch_idx_causal";
+    c.causal = true;
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.alibi = Alibi::heads;
+    c.name = "alibi_speculative_paged256_window_softcap";
+    c.page_size = 256;
+    c.cache_rows = 512;
+    c.cache_seqlens = {100, 400};
+    c.seqlen_q = c.seqlen_new = 5;
+    c.window_left = 32;
+    c.window_right = 0;
+    c.softcap = 5.0f;
+    t.push_back(c);
+    c.name = "alibi_speculative_window_noncausal_leftpad";  // a two-sided window
+    c.page_size = 0;
+    c.cache_rows = 300;
+    c.cache_seqlens = {250, 60};
+    c.leftpad = {200, 9};
+    c.seqlen_q = 5;
+    c.seqlen_new = 0;
+    c.window_left = 7;
+    c.window_right = 2;
+    c.softcap = 0.0f;
+    t.push_back(c);
+    // Causal with more queries than keys (leftpad leaves sequence 0 two keys): its first three
+    // rows see no key.
+    c.name = "alibi_batch_masked_rows_leftpad_causal";
+    c.alibi = Alibi::batch_heads;
+    c.cache_seqlens = {10, 60};
+    c.leftpad = {8, 0};
+    c.window_left = c.window_right = -1;
+    c.causal = true;
+    t.push_back(c);
+  }
+  {
+    KvCase c;
+    c.alibi = Alibi::heads;
+    c.name = "alibi_chunked_prefill_paged48_mqa_hd128";
+    c.batch = 3;
+    c.heads_q = 6;
+    c.heads_kv = 1;
+    c.head_dim = 128;
+    c.page_size = 48;
+    c.cache_rows = 192;
+    c.cache_seqlens = {0, 37, 128};
+    c.seqlen_q = c.seqlen_new = 64;
+    c.causal = true;
+    c.rotary_dim = 64;
+    t.push_back(c);
+    c.name = "alibi_batch_prefill_paged64_leftpad_hd128";
+    c.alibi = Alibi::batch_heads;
+    c.batch = 2;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.page_size = 64;
+    c.cache_rows = 256;
+    c.cache_seqlens = {100, 190};
+    c.leftpad = {5, 0};
+    c.seqlen_q = 33;
+    c.seqlen_new = 0;
+    c.rotary_dim = 0;
+    c.causal = false;
+    t.push_back(c);
+  }
+  // Every kernel width, and head dims between them (d = 59: rows move element by element).
+  for (int d : {32, 59, 96, 192, 256}) {
+    KvCase c;
+    c.alibi = d % 2 ? Alibi::batch_heads : Alibi::heads;
+    c.name = "alibi_decode_paged16_gqa4_hd" + std::to_string(d);
+    c.heads_q = 8;
+    c.head_dim = d;
+    c.page_size = 16;
+    c.cache_rows = 320;
+    c.cache_seqlens = {301, 150};
+    c.leftpad = {0, 7};
+    t.push_back(c);
+    c.name = "alibi_prefill_hd" + std::to_string(d) + "_causal";
+    c.page_size = 0;
+    c.cache_rows = 160;
+    c.cache_seqlens = {30, 140};
+    c.seqlen_q = c.seqlen_new = 17;
+    c.leftpad = {};
+    c.causal = true;
+    t.push_back(c);
+  }
   return t;
 }
 
 std::string KvCheck::describe() const {
   std::ostringstream s;
   s << "out error " << out_error << " (baseline " << out_baseline << "), lse error " << lse_error << ", all written "
-    << all_written << ", cache ok " << cache_ok;
+    << all_written << ", cache ok " << cache_ok << ", masked rows ok " << masked_rows_ok;
   return s.str();
 }
 
@@ -216,11 +378,13 @@ struct Views {
 };
 
 // out/LSE of the float64 reference (or the same-precision baseline) on packed sequences.
+// slopes: ALiBi's (null: none), (heads_q,) or (batch, heads_q).
 void reference_varlen(DType dtype, const HostTensor& q, const HostTensor& k, const HostTensor& v,
                       HostTensor& cu_q, HostTensor& cu_k, int max_q, int max_k, bool causal, int wl, int wr,
-                      float softcap, HostTensor& out, HostTensor& lse, std::optional<DType> round) {
+                      float softcap, HostTensor* slopes, HostTensor& out, HostTensor& lse, std::optional<DType> round) {
   HostTensor q32 = q.to_f32(), k32 = k.to_f32(), v32 = v.to_f32();
   ForwardArgs a;
+  if (slopes != nullptr) a.alibi_slopes = slopes->view();
   a.causal = causal;
   a.window_left = wl;
   a.window_right = wr;
@@ -257,6 +421,16 @@ HostTensor ints(const std::vector<int>& values) {
 
 bool any_nan(const std::vector<float>& x) {
   return std::any_of(x.begin(), x.end(), [](float f) { return std::isnan(f); });
+}
+
+// ALiBi slopes of shape (heads_q,) or (batch, heads_q) in [0.05, 0.55), as the shared table draws
+// them; a placeholder without ALiBi.
+HostTensor kv_slopes(Alibi alibi, int batch, int heads_q, std::mt19937_64& rng) {
+  if (alibi == Alibi::none) return HostTensor(DType::f32, {1});
+  HostTensor t = alibi == Alibi::heads ? HostTensor(DType::f32, {heads_q}) : HostTensor(DType::f32, {batch, heads_q});
+  std::uniform_real_distribution<float> slope(0.05f, 0.55f);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, slope(rng));
+  return t;
 }
 
 }  // namespace
@@ -316,6 +490,7 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
       sin.set(i, std::sin(a));
     }
   }
+  HostTensor slopes = kv_slopes(c.alibi, B, Hq, rng);
   HostTensor kc_before = kc, vc_before = vc;
   HostTensor out(dtype, {B, Sq, Hq, D}), lse(DType::f32, {B, Hq, Sq});
   out.poison();
@@ -324,7 +499,7 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
              pad = ints(c.leftpad.empty() ? std::vector<int>(B, 0) : c.leftpad);
   if (paged) tab = HostTensor(DType::i32, {B, max_blocks}), std::copy(table.begin(), table.end(), static_cast<std::int32_t*>(tab.data()));
 
-  Views ops(device, {&q, &kc, &vc, &kn, &vn, &cos, &sin, &out, &lse, &seqlens, &tab, &bidx, &pad});
+  Views ops(device, {&q, &kc, &vc, &kn, &vn, &cos, &sin, &out, &lse, &seqlens, &tab, &bidx, &pad, &slopes});
   KvCacheArgs a;
   a.q = ops.view(0);
   a.k_cache = ops.view(1);
@@ -341,6 +516,8 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
   a.window_left = c.window_left;
   a.window_right = c.window_right;
   a.softcap = c.softcap;
+  if (c.alibi != Alibi::none) a.alibi_slopes = ops.view(13);
+  a.num_splits = c.num_splits;
   forward_kvcache(a);
   ops.download({1, 2, 7, 8});
 
@@ -412,10 +589,13 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
   }
   HostTensor cu_q = offsets(lens_q), cu_k = offsets(lens_k);
   HostTensor ref_out, ref_lse, base_out, base_lse;
+  // ALiBi: the packed sequence b is keys [leftpad, cache_seqlens + seqlen_new) of the cache, so
+  // the reference's bias -slope * |i + len_k - Sq - j| counts from the last key, as flash-attn's.
+  HostTensor* ref_slopes = c.alibi != Alibi::none ? &slopes : nullptr;
   reference_varlen(dtype, qp, kp, vp, cu_q, cu_k, Sq, max_k, c.causal, c.window_left, c.window_right, c.softcap,
-                   ref_out, ref_lse, std::nullopt);
+                   ref_slopes, ref_out, ref_lse, std::nullopt);
   reference_varlen(dtype, qp, kp, vp, cu_q, cu_k, Sq, max_k, c.causal, c.window_left, c.window_right, c.softcap,
-                   base_out, base_lse, dtype);
+                   ref_slopes, base_out, base_lse, dtype);
   const auto got = out.to_floats(), ref = ref_out.to_floats();
   r.out_error = host::relative_error(got, ref);
   r.out_baseline = host::relative_error(base_out.to_floats(), ref);
@@ -426,8 +606,10 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
       for (int i = 0; i < Sq; ++i) {
         const float g = lse.get((std::int64_t(b) * Hq + h) * Sq + i), e = ref_lse.get(std::int64_t(h) * B * Sq + b * Sq + i);
         if (std::isnan(g)) r.all_written = false;
-        if (std::isinf(e)) {
-          if (!(std::isinf(g) && g < 0)) r.all_written = false;
+        if (std::isinf(e)) {  // a row that sees no key: LSE -inf, out exactly 0
+          if (!(std::isinf(g) && g < 0)) r.masked_rows_ok = false;
+          for (int d = 0; d < D; ++d)
+            if (out.get(at4(out, b, i, h, d)) != 0.0f) r.masked_rows_ok = false;
           continue;
         }
         r.lse_error = std::max(r.lse_error, std::abs(double(g) - e) / std::max(1.0, std::abs(double(e))));
@@ -436,9 +618,13 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
   return r;
 }
 
-KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed) {
+KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
+                           Alibi alibi) {
   std::mt19937_64 rng(seed);
   const std::vector<int> lens_q = {5, 1, 40}, lens_k = {70, 1, 300};
+  // With ALiBi, seqused_k: sequences 0 and 2 use fewer keys than cu_seqlens_k gives them (the
+  // bias counts from the last key in use), sequence 0 fewer than its queries (causal: masked rows).
+  const std::vector<int> used = alibi != Alibi::none ? std::vector<int>{3, 1, 257} : lens_k;
   const int B = 3, Hq = 4, Hk = 2, D = 64;
   int max_k = 0, total_q = 0, total_k = 0;
   for (int b = 0; b < B; ++b) max_k = std::max(max_k, lens_k[b]), total_q += lens_q[b], total_k += lens_k[b];
@@ -464,8 +650,9 @@ KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind d
           kp.set((std::int64_t(row0 + j) * Hk + h) * D + d, kc.get(src));
           vp.set((std::int64_t(row0 + j) * Hk + h) * D + d, vc.get(src));
         }
-  HostTensor cu_q = offsets(lens_q), cu_k = offsets(lens_k);
-  Views ops(device, {&q, &kc, &vc, &out, &lse, &cu_q, &cu_k, &tab});
+  HostTensor cu_q = offsets(lens_q), cu_k = offsets(lens_k), seqused = ints(used);
+  HostTensor slopes = kv_slopes(alibi, B, Hq, rng);
+  Views ops(device, {&q, &kc, &vc, &out, &lse, &cu_q, &cu_k, &tab, &seqused, &slopes});
   ForwardArgs a;
   a.q = ops.view(0);
   a.k = ops.view(1);
@@ -478,19 +665,42 @@ KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind d
   a.max_seqlen_q = 40;
   a.max_seqlen_k = max_k;
   a.causal = causal;
+  if (alibi != Alibi::none) a.seqused_k = ops.view(8), a.alibi_slopes = ops.view(9);
   forward(a);
   ops.download({3, 4});
+  // The reference's keys: the first used[b] of each sequence's gathered rows.
+  std::vector<int> ref_lens_k = used;
+  int total_used = 0;
+  for (int u : used) total_used += u;
+  HostTensor ku(dtype, {std::max(total_used, 1), Hk, D}), vu(dtype, {std::max(total_used, 1), Hk, D});
+  for (int b = 0, row0 = 0, used0 = 0; b < B; row0 += lens_k[b], used0 += used[b], ++b)
+    for (std::int64_t e = 0; e < std::int64_t(used[b]) * Hk * D; ++e) {
+      ku.set(std::int64_t(used0) * Hk * D + e, kp.get(std::int64_t(row0) * Hk * D + e));
+      vu.set(std::int64_t(used0) * Hk * D + e, vp.get(std::int64_t(row0) * Hk * D + e));
+    }
+  HostTensor cu_used = offsets(ref_lens_k);
+  HostTensor* ref_slopes = alibi != Alibi::none ? &slopes : nullptr;
   HostTensor ref_out, ref_lse, base_out, base_lse;
-  reference_varlen(dtype, q, kp, vp, cu_q, cu_k, 40, max_k, causal, -1, -1, 0, ref_out, ref_lse, std::nullopt);
-  reference_varlen(dtype, q, kp, vp, cu_q, cu_k, 40, max_k, causal, -1, -1, 0, base_out, base_lse, dtype);
+  reference_varlen(dtype, q, ku, vu, cu_q, cu_used, 40, max_k, causal, -1, -1, 0, ref_slopes, ref_out, ref_lse,
+                   std::nullopt);
+  reference_varlen(dtype, q, ku, vu, cu_q, cu_used, 40, max_k, causal, -1, -1, 0, ref_slopes, base_out, base_lse,
+                   dtype);
   KvCheck r;
   const auto got = out.to_floats(), ref = ref_out.to_floats();
   r.out_error = host::relative_error(got, ref);
   r.out_baseline = host::relative_error(base_out.to_floats(), ref);
   r.all_written = !any_nan(got) && !any_nan(lse.to_floats());
   const auto gl = lse.to_floats(), rl = ref_lse.to_floats();
-  for (std::size_t i = 0; i < gl.size(); ++i)
-    if (!std::isinf(rl[i])) r.lse_error = std::max(r.lse_error, std::abs(double(gl[i]) - rl[i]) / std::max(1.0, std::abs(double(rl[i]))));
+  for (std::size_t i = 0; i < gl.size(); ++i) {
+    if (std::isinf(rl[i])) {  // a row that sees no key (LSE (heads, total_q)): LSE -inf, out exactly 0
+      const std::size_t row = i % std::size_t(total_q), head = i / std::size_t(total_q);
+      if (!(std::isinf(gl[i]) && gl[i] < 0)) r.masked_rows_ok = false;
+      for (int d = 0; d < D; ++d)
+        if (got[(row * Hq + head) * D + d] != 0.0f) r.masked_rows_ok = false;
+      continue;
+    }
+    r.lse_error = std::max(r.lse_error, std::abs(double(gl[i]) - rl[i]) / std::max(1.0, std::abs(double(rl[i]))));
+  }
   return r;
 }
 

@@ -1,11 +1,12 @@
 #pragma once
 // The KV-cache case table (flashattn/kv_cache.hpp), run on every backend: contiguous and paged
-// caches, append + rotary, cache_batch_idx, cache_leftpad, masks; checked against the float64
+// caches, append + rotary, cache_batch_idx, cache_leftpad, masks, ALiBi; checked against the float64
 // reference on an independently built contiguous copy of the cache.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cases.hpp"
 #include "flashattn/tensor.hpp"
 
 namespace flashattn::testing {
@@ -24,6 +25,10 @@ struct KvCase {
   bool causal = false;
   int window_left = -1, window_right = -1;
   float softcap = 0.0f;
+  // ALiBi slopes (drawn in [0.05, 0.55) with the inputs): the reference sees each sequence's keys
+  // [leftpad, cache_seqlens + seqlen_new) as a sequence of its own, which is flash-attn's bias.
+  Alibi alibi = Alibi::none;
+  int num_splits = 0;  // KvCacheArgs::num_splits (GPU split-KV count; 0 = the heuristic)
 };
 
 std::vector<KvCase> kv_cases();
@@ -32,13 +37,16 @@ struct KvCheck {
   double out_error = 0, out_baseline = 0, lse_error = 0;
   bool all_written = true;
   bool cache_ok = true;  // appended rows as expected, every other cache element untouched
+  bool masked_rows_ok = true;  // rows that see no key: out exactly 0, LSE -inf
   std::string describe() const;
 };
 
 KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint64_t seed);
 
 // Paged K/V in the variable-length forward (ForwardArgs::block_table), against the reference
-// on the gathered contiguous K/V.
-KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed);
+// on the gathered contiguous K/V; with `alibi`, slopes of that shape (and seqused_k shortening
+// two of the sequences, so that the bias counts from the keys in use).
+KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
+                           Alibi alibi = Alibi::none);
 
 }  // namespace flashattn::testing

@@ -27,7 +27,8 @@ and k, for testing only: O(seqlen_q * seqlen_k) memory.
 
 flash_attn_with_kvcache serves models: attention over a KV cache, contiguous or paged
 (block_table, pages of any multiple of 16 tokens from 16 to 512), with the new tokens' keys and
-values appended in place and rotary embeddings applied in the same call.
+values appended in place and rotary embeddings applied in the same call, ALiBi included (seqlen_k
+there is the sequence's cache length after the append).
 flash_attn_varlen_func(..., block_table=...) attends packed queries to a paged cache
 (inference only: no gradient flows to the pages, no dropout).
 
@@ -273,10 +274,9 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if block_table is not None or seqused_k is not None:
         if dropout_p > 0.0:
             raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 with block_table/seqused_k (paged calls are inference only), got {dropout_p}")
-        if alibi_slopes is not None:
-            raise NotImplementedError("flashattn: alibi_slopes: expected None with block_table/seqused_k (ALiBi over a paged cache is not built)")
         out, lse = _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                                 causal, window_left, window_right, softcap, block_table, seqused_k, return_lse)
+                                 causal, window_left, window_right, softcap, alibi_slopes, block_table, seqused_k,
+                                 return_lse)  # fmt: skip
         return out, lse, None
     rng_state = _draw_rng_state(q) if dropout_p > 0.0 and isinstance(q, Tensor) else None
     inputs = (
@@ -307,8 +307,9 @@ def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dr
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                  window_left, window_right, softcap, block_table, seqused_k, return_lse):  # fmt: skip
-    """The varlen forward over paged K/V (or with seqused_k): inference only, no autograd."""
+                  window_left, window_right, softcap, alibi_slopes, block_table, seqused_k, return_lse):  # fmt: skip
+    """The varlen forward over paged K/V (or with seqused_k): inference only, no autograd. ALiBi's
+    seqlen_k is each sequence's keys in use (seqused_k[b], else its cu_seqlens_k length)."""
     q, k, v = _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v")
     if block_table is not None and cu_seqlens_k is not None and k.dim() == 4:
         lengths = seqused_k if seqused_k is not None else cu_seqlens_k[1:] - cu_seqlens_k[:-1]
@@ -322,7 +323,7 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         softmax_scale=None if softmax_scale is None else float(softmax_scale), causal=bool(causal),
         window_size=(int(window_left), int(window_right)), softcap=float(softcap),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=int(max_seqlen_q),
-        max_seqlen_k=int(max_seqlen_k), block_table=block_table, seqused_k=seqused_k,
+        max_seqlen_k=int(max_seqlen_k), block_table=block_table, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
     )  # fmt: skip
     return out, lse
 
@@ -377,15 +378,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (contiguous caches). cache_leftpad (batch,) int32: the first cache row of each sequence.
     The queries attend to rows [cache_leftpad[b], cache_seqlens[b] + seqlen_new), causal and
     window masks aligned to the bottom-right (causal sets window_size[1] to 0, as flash-attn).
-    num_splits: split-KV count on the GPU (0 = flashattn's heuristic). alibi_slopes is not
-    implemented (NotImplementedError). Returns out (batch, seqlen_q, nheads, headdim), or
-    (out, softmax_lse) with return_softmax_lse=True; softmax_lse float32 (batch, nheads, seqlen_q).
-    No gradient flows through this function.
+    num_splits: split-KV count on the GPU (0 = flashattn's heuristic). alibi_slopes: float32
+    (nheads,) or (batch, nheads) (indexed by the sequence, not its cache_batch_idx), on q's device:
+    the score of query i and cache row j gains -slope * |i + seqlen_k - seqlen_q - j| with seqlen_k
+    = cache_seqlens[b] + seqlen_new, the cache's rows after the append (cache_leftpad changes which
+    rows are seen, not the distance), as flash-attn. Returns out (batch, seqlen_q, nheads, headdim),
+    or (out, softmax_lse) with return_softmax_lse=True; softmax_lse float32 (batch, nheads,
+    seqlen_q). No gradient flows through this function.
     """
     if alibi_slopes is not None:
-        raise NotImplementedError(
-            "flashattn: alibi_slopes: expected None (ALiBi is not implemented in flash_attn_with_kvcache), got a tensor"
-        )
+        if not isinstance(alibi_slopes, Tensor):
+            raise TypeError(f"flashattn: alibi_slopes: expected a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        alibi_slopes = _last_dim_contiguous(alibi_slopes, "alibi_slopes")
     if (k is None) != (v is None):
         raise ValueError(f"flashattn: {'v' if k is not None else 'k'}: expected k and v both given or both None, got one")
     q = _last_dim_contiguous(q, "q")
@@ -413,7 +417,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
             rotary_interleaved=bool(rotary_interleaved),
             softmax_scale=None if softmax_scale is None else float(softmax_scale), causal=bool(causal),
-            window_size=(window_left, window_right), softcap=float(softcap), num_splits=int(num_splits),
+            window_size=(window_left, window_right), softcap=float(softcap), alibi_slopes=alibi_slopes,
+            num_splits=int(num_splits),
         )  # fmt: skip
     return (out, lse) if return_softmax_lse else out
 
