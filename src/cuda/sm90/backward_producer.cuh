@@ -144,10 +144,6 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
   };
   int* pending = nullptr;  // deterministic mode: the dQ block whose turn passes next
-  // Without a mask a step's turn passes after the next step's adds are issued (below). Under a
-  // mask it passes at once: passed late, the causal shapes of n = 1k-2k ran 1-2% slower
-  // (2026-11-26, H100; the next key block's tile is ahead by more steps there).
-  const bool pass_late = p.window_left < 0 && p.window_right < 0;
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
     const std::int64_t block = first_block + step.m_block;
@@ -171,11 +167,10 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     // The consumers may stage the next step's dQ as soon as these adds have read this one, before
     // (deterministic mode) the adds complete in global memory and the turn passes.
     if (s + 1 < t.steps) release_staging();
-    // Without a mask the previous step's turn passes once its adds are complete, which they
-    // mostly are by now: waiting for this step's instead would hold up the next step's adds.
+    // The previous step's turn passes once its adds are complete, which they mostly are by now:
+    // waiting for this step's instead would hold up the next step's adds by their latency.
     if (lane == 0 && pending != nullptr) pass_turn<1>(pending);
-    if (pass_late) pending = counter;
-    else if (lane == 0 && counter != nullptr) pass_turn<0>(counter);
+    pending = counter;
     __syncwarp();
   }
   if (lane == 0 && pending != nullptr) pass_turn<0>(pending);
