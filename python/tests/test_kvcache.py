@@ -47,6 +47,28 @@ def paged(k_logical, page, extra_pages=3, generator=None):
     return pages, order.reshape(b, per_seq).to(torch.int32).to(k_logical.device)
 
 
+def cache_in_layout(k_log, v_log, page, batch_idx, generator, kwargs):
+    """The logical caches (3, n, hk, d) as a call takes them: paged (pages of `page` rows in a
+    shuffled pool, the block table into kwargs), inside a pool of 5 sequences picked by
+    cache_batch_idx (into kwargs), or as they are."""
+    _, n, hk, d = k_log.shape
+    if page:
+        k_cache, table = paged(k_log, page, generator=generator)
+        v_cache = torch.empty_like(k_cache)
+        v_cache[table.long().flatten()] = v_log.reshape(-1, page, hk, d)
+        kwargs["block_table"] = table
+        return k_cache, v_cache
+    if batch_idx:
+        idx = torch.tensor([4, 0, 2], dtype=torch.int32, device=k_log.device)
+        k_cache = torch.randn(5, n, hk, d, generator=generator).to(k_log.device, k_log.dtype)
+        v_cache = torch.randn(5, n, hk, d, generator=generator).to(k_log.device, k_log.dtype)
+        k_cache[idx.long()] = k_log
+        v_cache[idx.long()] = v_log
+        kwargs["cache_batch_idx"] = idx
+        return k_cache, v_cache
+    return k_log.clone(), v_log.clone()
+
+
 def gather(pages, table):
     b, per_seq = table.shape
     return pages[table.long().flatten()].reshape(b, per_seq * pages.shape[1], *pages.shape[2:])
@@ -83,20 +105,7 @@ def test_kvcache(device, dtype, page, seqlen_q, seqlen_new, causal, window, rota
         cache_seqlens[0] = 5
     kwargs = dict(k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens, causal=causal,
                   window_size=window, rotary_interleaved=interleaved, cache_leftpad=pad, return_softmax_lse=True)
-    if page:
-        k_cache, table = paged(k_log, page, generator=g)
-        v_cache = torch.empty_like(k_cache)
-        v_cache[table.long().flatten()] = v_log.reshape(-1, page, hk, d)
-        kwargs["block_table"] = table
-    elif batch_idx:
-        idx = torch.tensor([4, 0, 2], dtype=torch.int32, device=device)
-        k_cache = torch.randn(5, n, hk, d, generator=g).to(device, dtype)
-        v_cache = torch.randn(5, n, hk, d, generator=g).to(device, dtype)
-        k_cache[idx.long()] = k_log
-        v_cache[idx.long()] = v_log
-        kwargs["cache_batch_idx"] = idx
-    else:
-        k_cache, v_cache = k_log.clone(), v_log.clone()
+    k_cache, v_cache = cache_in_layout(k_log, v_log, page, batch_idx, g, kwargs)
     out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
 
     # The logical cache after the append, and the rotated queries: built here.
@@ -111,9 +120,11 @@ def test_kvcache(device, dtype, page, seqlen_q, seqlen_new, causal, window, rota
     pos_q = cache_seqlens.long()[:, None] + (torch.arange(seqlen_q, device=device)[None, :] if local else 0)
     q_rot = rotate(q, cos, sin, pos_q.expand(b, seqlen_q), interleaved) if rotary_dim else q
     if page:
+        table = kwargs["block_table"]
         k_got, v_got = gather(k_cache, table), gather(v_cache, table)
     elif batch_idx:
-        k_got, v_got = k_cache[idx.long()], v_cache[idx.long()]
+        idx = kwargs["cache_batch_idx"].long()
+        k_got, v_got = k_cache[idx], v_cache[idx]
     else:
         k_got, v_got = k_cache, v_cache
     tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
@@ -310,20 +321,7 @@ def test_kvcache_alibi(device, dtype, page, seqlen_q, seqlen_new, causal, window
         pad = torch.tensor([3, 7, 130], dtype=torch.int32, device=device)
     kwargs = dict(k=k_new, v=v_new, cache_seqlens=cache_seqlens, causal=causal, window_size=window, softcap=softcap,
                   cache_leftpad=pad, alibi_slopes=slopes, num_splits=num_splits, return_softmax_lse=True)  # fmt: skip
-    if page:
-        k_cache, table = paged(k_log, page, generator=g)
-        v_cache = torch.empty_like(k_cache)
-        v_cache[table.long().flatten()] = v_log.reshape(-1, page, hk, d)
-        kwargs["block_table"] = table
-    elif batch_idx:
-        idx = torch.tensor([4, 0, 2], dtype=torch.int32, device=device)
-        k_cache = torch.randn(5, n, hk, d, generator=g).to(device, dtype)
-        v_cache = torch.randn(5, n, hk, d, generator=g).to(device, dtype)
-        k_cache[idx.long()] = k_log
-        v_cache[idx.long()] = v_log
-        kwargs["cache_batch_idx"] = idx
-    else:
-        k_cache, v_cache = k_log.clone(), v_log.clone()
+    k_cache, v_cache = cache_in_layout(k_log, v_log, page, batch_idx, g, kwargs)
     out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
 
     k_exp, v_exp = k_log.clone(), v_log.clone()
