@@ -120,13 +120,13 @@ CUTE_DEVICE void wait_for_turn(int const* counter, int expected) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
-// Deterministic mode: waits until this thread's bulk reduce-adds but the last kPending groups are
-// complete in global memory, then lets the next key block's CTA add its share.
-template <int kPending>
+// Deterministic mode: waits until this thread's bulk reduce-adds are complete in global memory,
+// then lets the next key block's CTA add its share. A release reduction rather than a fence and an
+// atomic: `__threadfence` is a sequentially consistent fence (MEMBAR.SC.GPU), stronger than this
+// hand-over needs.
 CUTE_DEVICE void pass_turn(int* counter) {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-  __threadfence();
-  atomicAdd(counter, 1);
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 template <class Traits>
@@ -143,7 +143,6 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
 #pragma unroll
     for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
   };
-  int* pending = nullptr;  // deterministic mode: the dQ block whose turn passes next
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
     const std::int64_t block = first_block + step.m_block;
@@ -164,17 +163,14 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
       if (lane == 0) bulk_reduce_add(dst + w * Traits::kDqElems, smem.dq.data() + w * Traits::kDqElems, kBytes);
     }
     if (lane == 0) cute::tma_store_arrive();  // commits the step's adds as one group
-    // The consumers may stage the next step's dQ as soon as these adds have read this one, before
-    // (deterministic mode) the adds complete in global memory and the turn passes.
+    // The turn passes as soon as the adds are complete: the next key block's tile waits for it,
+    // and the consumers need the staging only at the end of their next step. (Waiting for the
+    // adds to have read the staging compiles to the same scoreboard wait as waiting for their
+    // completion, so freeing the staging first would not free it sooner.)
+    if (lane == 0 && counter != nullptr) pass_turn(counter);
     if (s + 1 < t.steps) release_staging();
-    // The previous step's turn passes once its adds are complete, which they mostly are by now:
-    // waiting for this step's instead would hold up the next step's adds by their latency.
-    if (lane == 0 && pending != nullptr) pass_turn<1>(pending);
-    pending = counter;
     __syncwarp();
   }
-  if (lane == 0 && pending != nullptr) pass_turn<0>(pending);
-  __syncwarp();
 }
 
 }  // namespace flashattn::cuda::sm90
