@@ -13,6 +13,7 @@
 
 #include "common/kv_layout.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -68,6 +69,9 @@ __device__ void copy_row(const AppendParams& P, const T* src, T* dst, int positi
 // query rows.
 template <class T>
 __global__ void kv_append_kernel(const __grid_constant__ AppendParams P) {
+  // The attention after it (launched programmatically where it can be) may be scheduled now; it
+  // waits for this grid to complete before it reads the cache or the rotated queries.
+  allow_next_grid();
   int r = blockIdx.x;
   const detail::ForwardProblem& p = P.p;
   if (r < P.key_rows) {

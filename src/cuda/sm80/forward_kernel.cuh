@@ -20,6 +20,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/common/alibi.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/common/device_math.cuh"
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
@@ -99,6 +100,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   const int tid = threadIdx.x;
+  // Launched programmatically (common/programmatic_launch.cuh): nothing in global memory before
+  // the previous grid completes; the split-KV combine may be scheduled from here on.
+  wait_for_previous_grid();
+  allow_next_grid();
 
   ForwardBlock blk;
   if (!locate_block(params, kBlockM, kBlockN, blk)) return;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/common/stream_workspace.cuh"
 #include "cuda/sm80/api.hpp"
 #include "cuda/sm80/forward_heuristics.hpp"
@@ -77,6 +78,10 @@ struct KernelResidency {
   int ctas_per_sm = 0;
   int ctas_per_sm_paged = 0;  // launched with the paged K/V's page slots (sm80/paged_tiles.cuh)
   int l2_bytes = 0;
+  // Launched programmatically (common/programmatic_launch.cuh): the kernel and the split-KV
+  // combine, where their code waits for the previous grid (sm_90 and later).
+  bool programmatic = false;
+  bool combine_programmatic = false;
 };
 
 // Dynamic shared memory of a launch: the tiles, and the page slots when K/V are paged.
@@ -95,6 +100,9 @@ KernelResidency prepare_forward_kernel(int device) {
                                          kMaxSmem));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
+    r.programmatic = compiled_with_grid_wait(forward_kernel<Traits, kColumns, kDropout>);
+    r.combine_programmatic =
+        compiled_with_grid_wait(combine_splits_kernel<typename Traits::Element, Traits::kHeadDim>);
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kColumns, kDropout>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm_paged, forward_kernel<Traits, kColumns, kDropout>,
@@ -168,16 +176,16 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
     params.partial_lse = workspace.at<float>(lse_offset);
   }
 
-  forward_kernel<Traits, kColumns, kDropout><<<grid, Traits::kThreads, smem_bytes, stream>>>(params);
-  FA_CUDA_CHECK_LAUNCH();
+  launch_programmatic(forward_kernel<Traits, kColumns, kDropout>, grid, dim3(Traits::kThreads), smem_bytes, stream,
+                      residency.programmatic, params);
 
   if (params.num_splits > 1) {
     using Combine = CombineShape<kHeadDim>;
     const long long combine_ctas = (static_cast<long long>(rows_per_split) + Combine::kRowsPerCta - 1) /
                                    Combine::kRowsPerCta;
     check_grid("batch * heads_q * seqlen_q", combine_ctas, 0x7fffffffLL);
-    combine_splits_kernel<Element, kHeadDim><<<unsigned(combine_ctas), Combine::kThreads, 0, stream>>>(params);
-    FA_CUDA_CHECK_LAUNCH();
+    launch_programmatic(combine_splits_kernel<Element, kHeadDim>, dim3(unsigned(combine_ctas)), dim3(Combine::kThreads),
+                        0, stream, residency.combine_programmatic, params);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cute/config.hpp>
 #include <cutlass/array.h>
 
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/sm80/forward_params.hpp"
 
 namespace flashattn::cuda::sm80 {
@@ -38,6 +39,7 @@ __global__ void __launch_bounds__(CombineShape<kHeadDim>::kThreads)
   constexpr int kThreadsPerRow = CombineShape<kHeadDim>::kThreadsPerRow;
   constexpr int kRowsPerCta = CombineShape<kHeadDim>::kRowsPerCta;
   constexpr int kChunk = 8;  // splits whose loads are in flight together
+  wait_for_previous_grid();  // the splits' partials (launched programmatically)
 
   // Rows are (batch, head, query row) over the padded (batch, heads_q, seqlen_q) workspace.
   const std::int64_t row = std::int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / kThreadsPerRow;
