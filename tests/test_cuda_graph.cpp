@@ -58,7 +58,7 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
 
 TEST(CudaGraph, KvCacheDecodeReplaysTheEagerResult) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  constexpr int kBatch = 2, kHeads = 8, kHeadsKv = 2, kDim = 128, kCacheRows = 1000, kRotaryDim = 64;
+  constexpr int kBatch = 2, kHeads = 8, kHeadsKv = 2, kDim = 64, kCacheRows = 1000, kRotaryDim = 32;
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHATTN_TEST_SEED reproduces it)");
   const auto cache = random_bf16(std::size_t(kBatch) * kCacheRows * kHeadsKv * kDim, seed);

@@ -52,7 +52,9 @@ struct BackwardTraits {
   static constexpr int kQueriesPerWarpGroup = kSplitHeadDim ? kBlockM / kConsumerWarpGroups : kBlockM;
   static constexpr int kDkvCols = kSplitHeadDim ? kHeadDim / kConsumerWarpGroups : kHeadDim;
   static constexpr int kDqCols = kHeadDim / kConsumerWarpGroups;  // dQ columns per warpgroup
-  static constexpr int kStages = 2;                               // Q (with LSE), dO (with D), dS
+  // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
+  // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
+  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
   // setmaxnreg: 65536 / 384 threads gives 168 each at launch; the two producer warps need few.
