@@ -6,55 +6,38 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "device_buffer.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/kv_cache.hpp"
+#include "host_tensor.hpp"
 #include "support/harness.hpp"
 
 namespace flashattn::testing {
 namespace {
+
+using host::DeviceBuffer;
+using host::HostTensor;
 
 // A failed CUDA call ends the test (gtest reports the exception).
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// A device buffer holding a copy of `host`, freed with the test.
-struct DeviceCopy {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  template <class T>
-  explicit DeviceCopy(const std::vector<T>& host) : bytes(host.size() * sizeof(T)) {
-    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceCopy() { cudaFree(data); }
-  DeviceCopy(const DeviceCopy&) = delete;
-  DeviceCopy& operator=(const DeviceCopy&) = delete;
-  std::vector<std::uint8_t> read() const {
-    std::vector<std::uint8_t> host(bytes);
-    EXPECT_EQ(cudaMemcpy(host.data(), data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.storage_bytes() == b.storage_bytes() && std::memcmp(a.data(), b.data(), a.storage_bytes()) == 0;
+}
 
-// bf16 values in [-1, 1) from a linear congruential stream (the upper half of a float's bits).
-std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
-  std::vector<std::uint16_t> v(n);
-  for (auto& x : v) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    const float f = float(seed >> 40) / float(1 << 24) * 2.0f - 1.0f;
-    std::uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    x = std::uint16_t(bits >> 16);
-  }
-  return v;
+// What a device buffer holds, read back into a tensor laid out like `like`.
+HostTensor read_back(const DeviceBuffer& buffer, const HostTensor& like) {
+  HostTensor t(like.dtype(), like.shape());
+  buffer.download(t);
+  return t;
 }
 
 TEST(CudaGraph, KvCacheDecodeReplaysTheEagerResult) {
@@ -62,34 +45,41 @@ TEST(CudaGraph, KvCacheDecodeReplaysTheEagerResult) {
   constexpr int kBatch = 2, kHeads = 8, kHeadsKv = 2, kDim = 64, kCacheRows = 1000, kRotaryDim = 32;
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHATTN_TEST_SEED reproduces it)");
-  const auto cache = random_bf16(std::size_t(kBatch) * kCacheRows * kHeadsKv * kDim, seed);
-  const auto q = random_bf16(std::size_t(kBatch) * kHeads * kDim, seed + 1);
-  const auto k_new = random_bf16(std::size_t(kBatch) * kHeadsKv * kDim, seed + 2);
-  const auto v_new = random_bf16(std::size_t(kBatch) * kHeadsKv * kDim, seed + 3);
-  const auto cos = random_bf16(std::size_t(kCacheRows) * kRotaryDim / 2, seed + 4);
-  const auto sin = random_bf16(std::size_t(kCacheRows) * kRotaryDim / 2, seed + 5);
-  const std::vector<std::int32_t> seqlens{700, kCacheRows - 1};
-  const std::vector<std::uint16_t> poison(std::size_t(kBatch) * kHeads * kDim, 0xffff);  // NaN
+  std::mt19937_64 rng(seed);
+  auto random = [&](std::vector<std::int64_t> shape) {
+    HostTensor t(DType::bf16, std::move(shape));
+    t.fill_normal(rng);
+    return t;
+  };
+  HostTensor q = random({kBatch, 1, kHeads, kDim}), cache = random({kBatch, kCacheRows, kHeadsKv, kDim});
+  HostTensor k_new = random({kBatch, 1, kHeadsKv, kDim}), v_new = random({kBatch, 1, kHeadsKv, kDim});
+  HostTensor cos = random({kCacheRows, kRotaryDim / 2}), sin = random({kCacheRows, kRotaryDim / 2});
+  HostTensor seqlens(DType::i32, {kBatch});
+  seqlens.set(0, 700);
+  seqlens.set(1, kCacheRows - 1);
+  HostTensor poisoned(DType::bf16, {kBatch, 1, kHeads, kDim});
+  poisoned.poison();  // NaN, which no attention output is
 
-  DeviceCopy d_q(q), d_k_new(k_new), d_v_new(v_new), d_cos(cos), d_sin(sin), d_seqlens(seqlens);
+  const DeviceBuffer d_q = DeviceBuffer::upload(q), d_k_new = DeviceBuffer::upload(k_new),
+                     d_v_new = DeviceBuffer::upload(v_new), d_cos = DeviceBuffer::upload(cos),
+                     d_sin = DeviceBuffer::upload(sin), d_seqlens = DeviceBuffer::upload(seqlens);
   // One cache and one output per way of running: eager, then the graph replayed twice.
-  DeviceCopy eager_k(cache), eager_v(cache), eager_out(poison);
-  DeviceCopy graph_k(cache), graph_v(cache), graph_out(poison);
+  DeviceBuffer eager_k = DeviceBuffer::upload(cache), eager_v = DeviceBuffer::upload(cache),
+               eager_out = DeviceBuffer::upload(poisoned);
+  DeviceBuffer graph_k = DeviceBuffer::upload(cache), graph_v = DeviceBuffer::upload(cache),
+               graph_out = DeviceBuffer::upload(poisoned);
 
-  auto args_for = [&](DeviceCopy& k, DeviceCopy& v, DeviceCopy& out, cudaStream_t stream) {
-    const auto view = [](void* p, DType t, std::initializer_list<std::int64_t> shape) {
-      return TensorView::contiguous(p, t, shape, DeviceKind::cuda);
-    };
+  auto args_for = [&](DeviceBuffer& k, DeviceBuffer& v, DeviceBuffer& out, cudaStream_t stream) {
     KvCacheArgs a;
-    a.q = view(d_q.data, DType::bf16, {kBatch, 1, kHeads, kDim});
-    a.k_cache = view(k.data, DType::bf16, {kBatch, kCacheRows, kHeadsKv, kDim});
-    a.v_cache = view(v.data, DType::bf16, {kBatch, kCacheRows, kHeadsKv, kDim});
-    a.cache_seqlens = view(d_seqlens.data, DType::i32, {kBatch});
-    a.k_new = view(d_k_new.data, DType::bf16, {kBatch, 1, kHeadsKv, kDim});
-    a.v_new = view(d_v_new.data, DType::bf16, {kBatch, 1, kHeadsKv, kDim});
-    a.rotary_cos = view(d_cos.data, DType::bf16, {kCacheRows, kRotaryDim / 2});
-    a.rotary_sin = view(d_sin.data, DType::bf16, {kCacheRows, kRotaryDim / 2});
-    a.out = view(out.data, DType::bf16, {kBatch, 1, kHeads, kDim});
+    a.q = q.view(DeviceKind::cuda, d_q.data());
+    a.k_cache = cache.view(DeviceKind::cuda, k.data());
+    a.v_cache = cache.view(DeviceKind::cuda, v.data());
+    a.cache_seqlens = seqlens.view(DeviceKind::cuda, d_seqlens.data());
+    a.k_new = k_new.view(DeviceKind::cuda, d_k_new.data());
+    a.v_new = v_new.view(DeviceKind::cuda, d_v_new.data());
+    a.rotary_cos = cos.view(DeviceKind::cuda, d_cos.data());
+    a.rotary_sin = sin.view(DeviceKind::cuda, d_sin.data());
+    a.out = poisoned.view(DeviceKind::cuda, out.data());
     a.causal = true;
     a.num_splits = 4;  // the split-KV kernel and its combine
     a.stream = stream;
@@ -106,12 +96,8 @@ TEST(CudaGraph, KvCacheDecodeReplaysTheEagerResult) {
     throw;
   }
   check(cudaStreamSynchronize(stream), "eager call");
-  {  // the eager call wrote every output element (the poison is a NaN no attention gives)
-    const auto bytes = eager_out.read();
-    std::vector<std::uint16_t> out(bytes.size() / 2);
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-    ASSERT_EQ(std::count(out.begin(), out.end(), std::uint16_t(0xffff)), 0) << "eager output left unwritten";
-  }
+  const HostTensor eager = read_back(eager_out, poisoned);
+  for (float x : eager.to_floats()) ASSERT_FALSE(std::isnan(x)) << "eager output left unwritten";
 
   cudaGraph_t graph;
   cudaGraphExec_t exec;
@@ -120,12 +106,12 @@ TEST(CudaGraph, KvCacheDecodeReplaysTheEagerResult) {
   check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   for (int replay = 0; replay < 2; ++replay) {  // the append writes the same rows each time
-    check(cudaMemcpyAsync(graph_out.data, poison.data(), graph_out.bytes, cudaMemcpyHostToDevice, stream), "poison");
+    check(cudaMemcpy(graph_out.data(), poisoned.data(), poisoned.storage_bytes(), cudaMemcpyHostToDevice), "poison");
     check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
     check(cudaStreamSynchronize(stream), "replay");
-    EXPECT_EQ(graph_out.read(), eager_out.read()) << "output, replay " << replay;
-    EXPECT_EQ(graph_k.read(), eager_k.read()) << "k cache, replay " << replay;
-    EXPECT_EQ(graph_v.read(), eager_v.read()) << "v cache, replay " << replay;
+    EXPECT_TRUE(same_bytes(read_back(graph_out, poisoned), eager)) << "output, replay " << replay;
+    EXPECT_TRUE(same_bytes(read_back(graph_k, cache), read_back(eager_k, cache))) << "k cache, replay " << replay;
+    EXPECT_TRUE(same_bytes(read_back(graph_v, cache), read_back(eager_v, cache))) << "v cache, replay " << replay;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

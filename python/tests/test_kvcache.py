@@ -47,16 +47,21 @@ def paged(k_logical, page, extra_pages=3, generator=None):
     return pages, order.reshape(b, per_seq).to(torch.int32).to(k_logical.device)
 
 
+def paged_kv(k_log, v_log, page, generator):
+    """Both logical caches paged into the same shuffled pages: (k pool, v pool, block_table)."""
+    k_cache, table = paged(k_log, page, generator=generator)
+    v_cache = torch.empty_like(k_cache)
+    v_cache[table.long().flatten()] = v_log.reshape(-1, *k_cache.shape[1:])
+    return k_cache, v_cache, table
+
+
 def cache_in_layout(k_log, v_log, page, batch_idx, generator, kwargs):
     """The logical caches (b, n, hk, d; b = 3 with batch_idx) as a call takes them: paged (pages of `page` rows in a
     shuffled pool, the block table into kwargs), inside a pool of 5 sequences picked by
     cache_batch_idx (into kwargs), or as they are."""
     _, n, hk, d = k_log.shape
     if page:
-        k_cache, table = paged(k_log, page, generator=generator)
-        v_cache = torch.empty_like(k_cache)
-        v_cache[table.long().flatten()] = v_log.reshape(-1, page, hk, d)
-        kwargs["block_table"] = table
+        k_cache, v_cache, kwargs["block_table"] = paged_kv(k_log, v_log, page, generator)
         return k_cache, v_cache
     if batch_idx:
         idx = torch.tensor([4, 0, 2], dtype=torch.int32, device=k_log.device)
@@ -208,9 +213,7 @@ def test_varlen_paged(device, dtype, page, causal):
     q = torch.randn(sum(lens_q), hq, d, generator=g).to(device, dtype)
     k_log = torch.randn(3, 512, hk, d, generator=g).to(device, dtype)
     v_log = torch.randn(3, 512, hk, d, generator=g).to(device, dtype)
-    paging = {}
-    k_cache, v_cache = cache_in_layout(k_log, v_log, page, False, g, paging)
-    table = paging["block_table"]
+    k_cache, v_cache, table = paged_kv(k_log, v_log, page, g)
     cu_q = torch.tensor([0, 3, 4, 44], dtype=torch.int32, device=device)
     cu_k = torch.tensor([0, 300, 301, 813], dtype=torch.int32, device=device)
     out = flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 40, 512, causal=causal, block_table=table)
@@ -362,9 +365,7 @@ def test_varlen_paged_alibi(device, dtype, causal, seqused):
     q = torch.randn(sum(lens_q), hq, d, generator=g).to(device, dtype)
     k_log = torch.randn(3, 512, hk, d, generator=g).to(device, dtype)
     v_log = torch.randn(3, 512, hk, d, generator=g).to(device, dtype)
-    paging = {}
-    k_cache, v_cache = cache_in_layout(k_log, v_log, page, False, g, paging)
-    table = paging["block_table"]
+    k_cache, v_cache, table = paged_kv(k_log, v_log, page, g)
     slopes = (torch.rand(3, hq, generator=g) * 0.5 + 0.05).to(device)
     cu_q = torch.tensor([0, 3, 4, 44], dtype=torch.int32, device=device)
     cu_k = torch.tensor([0, 300, 301, 813], dtype=torch.int32, device=device)
