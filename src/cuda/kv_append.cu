@@ -3,7 +3,7 @@
 // A separate kernel rather than a fusion into the attention kernel (flash-attn fuses it into its
 // split-KV kernel). It moves a few kilobytes (b x seqlen_new x heads_kv x d x 2 elements, plus
 // the queries) and costs about one kernel boundary, which the attention's programmatic launch
-// (common/programmatic_launch.cuh) shortens on Hopper: 4.4% over decoding alone at KV 4k, 2.5% at
+// (common/programmatic_launch.cuh) shortens on Hopper: 4.6% over decoding alone at KV 4k, 2.6% at
 // 16k, about 1% from 64k (b = 8, 32 query heads over 8 KV heads, d = 128, H100, through Python;
 // docs/kernels/kv-cache.md).
 #include "cuda/kv_append.cuh"
