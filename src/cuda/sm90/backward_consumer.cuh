@@ -5,9 +5,11 @@
 //   2. P^T = exp2(S^T * scale log2(e) [+ ALiBi] - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
 //      masked where some (query, key) pair of the block is not visible;
 //   3. dS^T to shared memory; dV_w += P^T dO with P^T from registers;
-//   4. once both warpgroups have written dS: dQ[:, half w] = dS K[:, half w] and
-//      dK_w += dS^T Q (dS^T from registers);
-//   5. dQ to its staging buffer for the dQ writer warp (backward_producer.cuh), then the Q and dO
+//   4. once both warpgroups have written dS: dQ[:, half w] = dS K[:, half w] (at d = 64, once
+//      this warpgroup has: dQ_w = dS_w K_w over its own keys) and dK_w += dS^T Q (dS^T from
+//      registers);
+//   5. dQ to its staging buffer for the dQ writer warp (backward_producer.cuh; at d = 64
+//      warpgroup 0 stores its dQ_w and warpgroup 1 adds its own to it), then the Q and dO
 //      stages are released.
 // After the last step dK (times the softmax scale) and dV go to global memory.
 // kDropout: after step 2's P^T, the step's keep bits are drawn (common/dropout.cuh: the stream's
@@ -212,6 +214,44 @@ CUTE_DEVICE void store_key_gradients(BackwardParams<Traits> const& p, BackwardTi
   }
 }
 
+// A step's dQ (acc_dq) to the dQ writer's staging buffer, in fragment order (backward_traits.cuh),
+// once the writer has read the previous step's. Each warpgroup has a buffer of its own, except
+// with kDqOverOwnKeys, where both partial sums go to one: warpgroup 0 stores its own, warpgroup 1
+// adds its to it (always in that order, so deterministic mode's bits do not depend on timing).
+// The only wait between the two warpgroups: warpgroup 1 for warpgroup 0's store of the same step.
+template <class Traits, class AccDq>
+CUTE_DEVICE void stage_dq(typename Traits::SharedStorage& smem, AccDq const& acc_dq, int thread, int warp_group) {
+  using namespace cute;
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  constexpr int kVectors = decltype(size(acc_dq))::value / 4;
+  auto vector = [&](int i) { return make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3)); };
+  if constexpr (Traits::kDqOverOwnKeys) {
+    float4* staged = reinterpret_cast<float4*>(smem.dq.data());
+    if (warp_group == 0) {
+      NamedBarrier::sync(128 + 32, kBarrierDqEmpty0);
+      CUTE_UNROLL
+      for (int i = 0; i < kVectors; ++i) staged[i * 128 + thread] = vector(i);
+      NamedBarrier::arrive(Traits::kConsumerThreads, kBarrierDqStaged);
+    } else {
+      NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDqStaged);
+      CUTE_UNROLL
+      for (int i = 0; i < kVectors; ++i) {
+        const float4 a = staged[i * 128 + thread], b = vector(i);
+        staged[i * 128 + thread] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+      }
+      cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
+      NamedBarrier::arrive(128 + 32, kBarrierDqFull0);
+    }
+  } else {
+    NamedBarrier::sync(128 + 32, kBarrierDqEmpty0 + warp_group);
+    float4* staged = reinterpret_cast<float4*>(smem.dq.data() + warp_group * Traits::kDqElems);
+    CUTE_UNROLL
+    for (int i = 0; i < kVectors; ++i) staged[i * 128 + thread] = vector(i);
+    cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
+    NamedBarrier::arrive(128 + 32, kBarrierDqFull0 + warp_group);
+  }
+}
+
 // One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
 // so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
 // kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every step taking the masked
@@ -244,7 +284,14 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   Tensor sKw = local_tile(sK, Shape<Int<kKeys>, Int<kHeadDim>>{}, make_coord(warp_group, _0{}));
   Tensor sVw = local_tile(sV, Shape<Int<kKeys>, Int<kHeadDim>>{}, make_coord(warp_group, _0{}));
   Tensor sdStw = local_tile(sdSt, Shape<Int<kKeys>, Int<kBlockM>, Int<kStages>>{}, make_coord(warp_group, _0{}, _0{}));
-  Tensor sKtw = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kBlockN>>{}, make_coord(warp_group, _0{}));
+  // The dQ GEMM's operands: dS and K^T over all keys for this warpgroup's half of the columns, or
+  // (kDqOverOwnKeys) over this warpgroup's keys for all columns.
+  constexpr bool kDqOverOwnKeys = Traits::kDqOverOwnKeys;
+  constexpr int kDqKeys = Traits::kDqKeys;
+  Tensor sdSq = local_tile(sdS, Shape<Int<kBlockM>, Int<kDqKeys>, Int<kStages>>{},
+                           make_coord(_0{}, kDqOverOwnKeys ? warp_group : 0, _0{}));
+  Tensor sKtw = local_tile(sKt, Shape<Int<Traits::kDqCols>, Int<kDqKeys>>{},
+                           kDqOverOwnKeys ? make_coord(0, warp_group) : make_coord(warp_group, 0));
 
   typename Traits::MmaSdP mma_sdp;
   typename Traits::MmadKV mma_dkv;
@@ -258,7 +305,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (.., stage)
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (.., stage)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (.., stage)
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (.., stage)
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdSq);    // (.., stage)
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKtw);
 
   auto store_ds = make_tiled_copy_C(typename Traits::StoredS{}, mma_sdp);
@@ -318,7 +365,10 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     Tensor tdVrP = make_tensor(p_t.data(), gmma_accumulator_as_a_layout(p_t.layout()));
     warpgroup_gemm<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
     cutlass::arch::fence_view_async_shared();  // dS written by ordinary stores, read by wgmma
-    NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsWritten);
+    if constexpr (kDqOverOwnKeys)
+      NamedBarrier::sync(128, kBarrierOwnDsWritten0 + warp_group);
+    else
+      NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsWritten);
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
     Tensor tdQrdS_stage = tdQrdS(_, _, _, stage);
@@ -328,15 +378,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     warpgroup_wait<1>();  // dV and dQ done: dO is free
     pipeline_do.consumer_release(state);
 
-    // dQ to the staging buffer, once the writer has read the previous step's.
-    NamedBarrier::sync(128 + 32, kBarrierDqEmpty0 + warp_group);
-    float4* staged = reinterpret_cast<float4*>(smem.dq.data() + warp_group * Traits::kDqElems);
-    constexpr int kVectors = decltype(size(acc_dq))::value / 4;
-    CUTE_UNROLL
-    for (int i = 0; i < kVectors; ++i)
-      staged[i * 128 + thread] = make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3));
-    cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
-    NamedBarrier::arrive(128 + 32, kBarrierDqFull0 + warp_group);
+    stage_dq<Traits>(smem, acc_dq, thread, warp_group);
 
     warpgroup_wait<0>();  // dK done: Q is free
     pipeline_q.consumer_release(state);

@@ -27,14 +27,15 @@ struct DqConvertParams {
   bool vector_stores;  // dq's base and strides allow 16-byte stores
 };
 
-// Grid: (query blocks, query heads, batch); one thread per consumer thread of the main kernel.
+// Grid: (query blocks, query heads, batch); 128 threads per column slice of a block (one per
+// thread of the warpgroup that staged it).
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kConsumerThreads)
+__global__ void __launch_bounds__(Traits::kDqSlices * 128)
     backward_dq_convert_kernel(const __grid_constant__ DqConvertParams p) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kCols = Traits::kDqCols, kHeadDim = Traits::kHeadDim;
-  constexpr int kThreads = Traits::kConsumerThreads;
+  constexpr int kThreads = Traits::kDqSlices * 128;
   // Row pitch padded by 16 bytes: the fragment pairs of one store land in distinct banks.
   constexpr int kPitch = kHeadDim + 8;
   __shared__ alignas(16) Element tile[kBlockM * kPitch];
@@ -44,13 +45,13 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
   const int row0 = m_block * kBlockM;
   if (row0 >= seq.len_q) return;
   const int rows = min(kBlockM, seq.len_q - row0);
-  const int warp_group = threadIdx.x / 128, thread = threadIdx.x % 128;
+  const int slice = threadIdx.x / 128, thread = threadIdx.x % 128;  // column slice
 
   typename Traits::MmadQ mma;
   Tensor coords = mma.get_thread_slice(thread).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kCols>>{}));
   const std::int64_t block = p.layout.first_block(b, seq.dense_q) + m_block;
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum + p.layout.block_offset(head, block) +
-                                                      warp_group * Traits::kDqElems);
+                                                      slice * Traits::kDqElems);
   constexpr int kVectors = decltype(size(coords))::value / 4;
   CUTE_UNROLL
   for (int i = 0; i < kVectors; ++i) {
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads)
     const float values[4] = {v.x, v.y, v.z, v.w};
     CUTE_UNROLL
     for (int j = 0; j < 4; j += 2) {  // fragment pairs are adjacent columns of one row
-      const int row = get<0>(coords(4 * i + j)), col = warp_group * kCols + get<1>(coords(4 * i + j));
+      const int row = get<0>(coords(4 * i + j)), col = slice * kCols + get<1>(coords(4 * i + j));
       cutlass::Array<Element, 2> pair;
       pair[0] = Element(values[j] * p.scale);
       pair[1] = Element(values[j + 1] * p.scale);

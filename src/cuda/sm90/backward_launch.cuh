@@ -208,7 +208,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   DqConvertParams convert{dq_accum, dq_layout, dq, problem.cu_seqlens_q, problem.seqlen_q, problem.scale, dq_vectors};
   const dim3 convert_grid((problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, problem.heads_q, batch);
   if (convert_grid.x > 0) {
-    backward_dq_convert_kernel<Traits><<<convert_grid, Traits::kConsumerThreads, 0, stream>>>(convert);
+    backward_dq_convert_kernel<Traits><<<convert_grid, Traits::kDqSlices * 128, 0, stream>>>(convert);
     FA_CUDA_CHECK_LAUNCH();
   }
   if (split_group) {

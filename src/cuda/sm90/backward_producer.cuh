@@ -135,13 +135,14 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
   using NamedBarrier = cutlass::arch::NamedBarrier;
   constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
   constexpr uint32_t kBytes = Traits::kDqElems * sizeof(float);
-  constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
+  // One staging buffer per consumer warpgroup, or one for both (kDqOverOwnKeys: they sum there).
+  constexpr int kBuffers = Traits::kDqOverOwnKeys ? 1 : Traits::kConsumerWarpGroups;
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
   auto release_staging = [&] {  // once the adds issued so far have read the staging buffers
     if (lane == 0) cute::tma_store_wait<0>();
     __syncwarp();
 #pragma unroll
-    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
+    for (int w = 0; w < kBuffers; ++w) NamedBarrier::arrive(kThreads, kBarrierDqEmpty0 + w);
   };
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
@@ -158,7 +159,7 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
       if (lane == 0) wait_for_turn(counter, adders.end - 1 - t.n_block);
     }
 #pragma unroll
-    for (int w = 0; w < kWarpGroups; ++w) {
+    for (int w = 0; w < kBuffers; ++w) {
       NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
       if (lane == 0) bulk_reduce_add(dst + w * Traits::kDqElems, smem.dq.data() + w * Traits::kDqElems, kBytes);
     }

@@ -18,6 +18,11 @@ enum BackwardBarrier : uint32_t {
   kBarrierDsWritten = 0,  // both consumer warpgroups have written their part of dS
   kBarrierDqFull0 = 1,    // consumer warpgroup w has staged its dQ: kBarrierDqFull0 + w
   kBarrierDqEmpty0 = 3,   // the dQ writer has read warpgroup w's staging: kBarrierDqEmpty0 + w
+  // dQ over each warpgroup's own keys (BackwardTraits::kDqOverOwnKeys): warpgroup w has written
+  // its dS (kBarrierOwnDsWritten0 + w); warpgroup 0 has stored its partial dQ, which warpgroup 1
+  // adds to and then signals kBarrierDqFull0 (the staging is emptied through kBarrierDqEmpty0).
+  kBarrierOwnDsWritten0 = 5,
+  kBarrierDqStaged = 7,
 };
 
 struct BackwardTile {

@@ -9,7 +9,8 @@
 // - Up to 128 (keys split): one CTA owns kBlockN = 128 keys; warpgroup w owns 64 of them:
 //     S^T  = K_w Q^T      dP^T = V_w dO^T          (SS: both operands in shared memory)
 //     dV_w += P^T dO      dK_w += dS^T Q             (RS: P^T, dS^T straight from registers)
-//     dQ[:, half w] = dS K[:, half w]               (SS: dS through shared memory)
+//     dQ[:, half w] = dS K[:, half w]               (SS: dS through shared memory; 96, 128)
+//     dQ_w = dS_w K_w, summed in the staging buffer  (SS; 64: kDqOverOwnKeys)
 //   Computing S transposed puts P^T and dS^T in the registers where the dV and dK GEMMs want
 //   their A operand; only dS goes through shared memory, once, for dQ.
 // - 192 and 256 (head dim split): 64 keys x head dim of dK and dV no longer fit a warpgroup's
@@ -51,7 +52,15 @@ struct BackwardTraits {
   static constexpr int kKeysPerWarpGroup = kSplitHeadDim ? kBlockN : kBlockN / kConsumerWarpGroups;
   static constexpr int kQueriesPerWarpGroup = kSplitHeadDim ? kBlockM / kConsumerWarpGroups : kBlockM;
   static constexpr int kDkvCols = kSplitHeadDim ? kHeadDim / kConsumerWarpGroups : kHeadDim;
-  static constexpr int kDqCols = kHeadDim / kConsumerWarpGroups;  // dQ columns per warpgroup
+  // dQ of a step. At d = 64 each warpgroup computes it over its own keys for every column, so
+  // that no warpgroup waits for the other's dS (the barrier that kept the two in step) and one's
+  // element-wise work can overlap the other's GEMMs; the two partial sums meet in the staging
+  // buffer. Above 64 its registers (64 x head dim fp32) do not fit beside dK and dV, and each
+  // warpgroup computes half of the columns over all keys of the CTA.
+  static constexpr bool kDqOverOwnKeys = !kSplitHeadDim && kHeadDim <= 64;
+  static constexpr int kDqCols = kDqOverOwnKeys ? kHeadDim : kHeadDim / kConsumerWarpGroups;  // per warpgroup
+  static constexpr int kDqKeys = kDqOverOwnKeys ? kKeysPerWarpGroup : kBlockN;  // the dQ GEMM's depth
+  static constexpr int kDqSlices = kHeadDim / kDqCols;  // column slices of a dQ block
   // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
   // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
@@ -66,7 +75,7 @@ struct BackwardTraits {
   // The GEMMs, each for one warpgroup.
   using TileShapeSdP = Shape<Int<kKeysPerWarpGroup>, Int<kQueriesPerWarpGroup>, Int<kHeadDim>>;  // S^T, dP^T
   using TileShapedKV = Shape<Int<kKeysPerWarpGroup>, Int<kDkvCols>, Int<kBlockM>>;               // dK, dV
-  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kBlockN>>;                           // dQ half
+  using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kDqKeys>>;                           // dQ
   using MmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileShapeSdP>()));
   // dK/dV: P^T and dS^T from registers (keys split) or from shared memory (head dim split).
   static auto dkv_op() {
@@ -119,9 +128,11 @@ struct BackwardTraits {
   // One step's dQ of each warpgroup, fp32, in the order of its accumulator fragment (thread t's
   // i-th group of 4 values at (i * 128 + t) * 4): 16-byte stores without bank conflicts, and the
   // same order in the global accumulator, which backward_dq_convert.cuh reads back.
-  static constexpr int kDqElems = kBlockM * kDqCols;  // per warpgroup
+  // With kDqOverOwnKeys one buffer holds the step's whole block: warpgroup 0 stores its partial
+  // sum, warpgroup 1 adds its own to it.
+  static constexpr int kDqElems = kBlockM * kDqCols;  // per column slice
   static_assert(kDqElems % (128 * 4) == 0);
-  static constexpr int kDqStagedElems = kSplitHeadDim ? 4 : kConsumerWarpGroups * kDqElems;
+  static constexpr int kDqStagedElems = kSplitHeadDim ? 4 : kDqSlices * kDqElems;
 
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;   // Q and its LSE rows
   using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
