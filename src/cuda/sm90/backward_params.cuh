@@ -11,8 +11,9 @@
 namespace flashattn::cuda::sm90 {
 
 // The fp32 dQ accumulator: per query head, blocks of kBlockM query rows, each block one
-// contiguous kBlockM x head dim chunk (per consumer warpgroup, its fragment order:
-// backward_traits.cuh), so that a CTA adds a step's dQ with one bulk reduce-add per warpgroup.
+// contiguous kBlockM x head dim chunk (per column slice, the fragment order of the warpgroup that
+// computes it: backward_traits.cuh), so that a CTA adds a step's dQ with one bulk reduce-add per
+// staging buffer.
 // Sequence b's query blocks start at block dense_q(b) / kBlockM + b, which never overlaps the
 // previous sequence's blocks (that sequence ends at dense_q(b), so its last block is at most
 // dense_q(b) / kBlockM + b - 1).

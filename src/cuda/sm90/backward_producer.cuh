@@ -2,7 +2,8 @@
 // The producer warpgroup of the sm90 backward: its warp 0 issues every TMA load (the CTA's K and
 // V once, then per step Q with its LSE rows and dO with its D rows, each into the next free stage
 // of its pipeline); its warp 1 adds each step's dQ, which the consumer warpgroups stage in shared
-// memory, into the fp32 accumulator in global memory with one bulk reduce-add per warpgroup. In
+// memory, into the fp32 accumulator in global memory with one bulk reduce-add per staging buffer
+// (one per warpgroup, or at d = 64 one that both warpgroups' partial sums share). In
 // deterministic mode it adds in key-block order, last to first: it waits until the tiles of the
 // key blocks after its own have added theirs to the block (a counter per query head and dQ
 // block). Last to first because under a causal or local mask a later key block's tile starts at
