@@ -16,7 +16,7 @@ GPU, so that the choice between them is made from numbers. Reported: RMSE of the
 float64 attention on the unrounded inputs, and each scheme's ratio to per-tensor FP8.
 
 Usage: python fp8_accuracy.py [--batch 2] [--heads 8] [--seqlen 1024] [--dims 64,128,256]
-                              [--block 128] [--seed 0] [--device cpu] [--json PATH]
+                              [--block 128] [--seed 0] [--device cpu] [--variants] [--json PATH]
 """
 import argparse
 import datetime
@@ -75,20 +75,28 @@ def attention_bf16(q, k, v, scale):
     return (o / rowsum.permute(0, 2, 1, 3)).to(torch.bfloat16).double()
 
 
-def attention_fp8(q, k, v, scale, block, transform=None):
+def attention_fp8(q, k, v, scale, block, transform=None, transform_v=False, p_shift=0, p_dtype=torch.float8_e4m3fn):
+    """transform: M applied to Q and K; transform_v: also to V, with M^T applied to O (O M M^T = O).
+    p_shift: P computed as 2^p_shift exp(s - max) (at most 2^p_shift; 8 keeps it below e4m3's 448 and
+    its small entries out of the subnormal range), the row sums alike; p_dtype: P's type for PV."""
     if transform is not None:  # (Q M)(K M)^T = Q K^T for orthogonal M
         q, k = q @ transform, k @ transform
+        if transform_v:
+            v = v @ transform
     (q8, sq), (k8, sk), (v8, sv) = quantize(q, block), quantize(k, block), quantize(v, block)
     # S in fp32 from the e4m3 values, then descaled per (query row, key row): each factor is one
     # number per tile in the kernel (a block's scale), here broadcast over the elements.
     s = torch.einsum("bqhd,bkhd->bhqk", q8, k8)
     s = s * (sq.float().permute(0, 2, 1, 3) * sk.float().permute(0, 2, 3, 1)) * scale
-    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    p = torch.exp(s - s.amax(dim=-1, keepdim=True)) * 2.0**p_shift
     rowsum = p.sum(dim=-1, keepdim=True)
     # O = sum over key blocks of (P8 V8) times the block's V scale: one number per key block, which
     # the kernel folds into the per-row rescale it already applies to O between key blocks.
-    o = torch.einsum("bhqk,bkhd->bqhd", p.to(torch.float8_e4m3fn).float(), v8 * sv.float())
-    return (o / rowsum.permute(0, 2, 1, 3)).to(torch.bfloat16).double()
+    o = torch.einsum("bhqk,bkhd->bqhd", p.to(p_dtype).float(), v8 * sv.float())
+    o = o / rowsum.permute(0, 2, 1, 3)
+    if transform is not None and transform_v:
+        o = o.double() @ transform.T
+    return o.to(torch.bfloat16).double()
 
 
 def rmse(a, b):
@@ -104,6 +112,8 @@ def main():
     ap.add_argument("--block", type=int, default=128, help="rows per scale under block quantization")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--variants", action="store_true",
+                    help="also P scaled by 2^8, scales per 64 rows, the transform on V too, P in bf16")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -124,9 +134,21 @@ def main():
             "fp8_block_hadamard": rmse(attention_fp8(q, k, v, scale, args.block, hadamard(d, g, args.device)), ref),
         }
         row["per_tensor_over_block_hadamard"] = row["fp8_per_tensor"] / row["fp8_block_hadamard"]
+        if args.variants:  # candidate ways to lower block + Hadamard's error further
+            hd = hadamard(d, g, args.device)
+            row["variants"] = {
+                "per_tensor_p_shift8": rmse(attention_fp8(q, k, v, scale, 0, p_shift=8), ref),
+                "block_hadamard_p_shift8": rmse(attention_fp8(q, k, v, scale, args.block, hd, p_shift=8), ref),
+                "block64_hadamard_p_shift8": rmse(attention_fp8(q, k, v, scale, 64, hd, p_shift=8), ref),
+                "block_hadamard_qkv_p_shift8": rmse(
+                    attention_fp8(q, k, v, scale, args.block, hd, transform_v=True, p_shift=8), ref),
+                "block_hadamard_p_bf16": rmse(attention_fp8(q, k, v, scale, args.block, hd, p_dtype=torch.bfloat16), ref),
+            }
         rows.append(row)
         print(f"{d:>4} | {row['bf16']:9.2e} | {row['fp8_per_tensor']:10.2e} | {row['fp8_block']:9.2e} | "
               f"{row['fp8_block_hadamard']:14.2e} | {row['per_tensor_over_block_hadamard']:.2f}")
+        for name, err in row.get("variants", {}).items():
+            print(f"       {name:>28}: {err:9.2e}, per tensor / this {row['fp8_per_tensor'] / err:.2f}")
     if args.json:
         info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "torch": torch.__version__,
                 "device": args.device, "batch": args.batch, "heads": args.heads, "seqlen": args.seqlen,
