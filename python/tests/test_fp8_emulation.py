@@ -45,3 +45,18 @@ def test_block_quantization_with_hadamard_beats_per_tensor_on_outliers():
     bf16 = fp8.rmse(fp8.attention_bf16(q, k, v, scale), ref)
     assert bf16 < block_hadamard < per_tensor
     assert per_tensor / block_hadamard > 1.3
+
+
+def test_p_shift_cancels_and_transform_on_v_is_undone():
+    # With P kept in fp32, scaling it by 2^8 changes nothing (the row sums carry the same factor);
+    # the transform applied to V is undone on O (up to the rounding of V).
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (fp8.outlier_normal((1, 96, 2, 64), g, "cpu") for _ in range(3))
+    scale = 1 / math.sqrt(64)
+    m = fp8.hadamard(64, g, "cpu")
+    plain = fp8.attention_fp8(q, k, v, scale, 32, m, p_dtype=torch.float32)
+    shifted = fp8.attention_fp8(q, k, v, scale, 32, m, p_shift=8, p_dtype=torch.float32)
+    assert torch.allclose(plain, shifted, rtol=1e-2, atol=1e-3)
+    ref = fp8.attention_reference(q, k, v, scale)
+    with_v = fp8.attention_fp8(q, k, v, scale, 32, m, transform_v=True, p_dtype=torch.float32)
+    assert fp8.rmse(with_v, ref) < 2 * fp8.rmse(plain, ref)
