@@ -20,12 +20,12 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/common/alibi.cuh"
-#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/common/device_math.cuh"
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fragment.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/online_softmax.cuh"
+#include "cuda/common/programmatic_launch.cuh"
 #include "cuda/common/warp_gemm.cuh"
 #include "cuda/sm80/forward_params.hpp"
 #include "cuda/sm80/paged_tiles.cuh"

@@ -225,12 +225,15 @@ CUTE_DEVICE void stage_dq(typename Traits::SharedStorage& smem, AccDq const& acc
   using NamedBarrier = cutlass::arch::NamedBarrier;
   constexpr int kVectors = decltype(size(acc_dq))::value / 4;
   auto vector = [&](int i) { return make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3)); };
+  auto store = [&](float4* staged) {
+    CUTE_UNROLL
+    for (int i = 0; i < kVectors; ++i) staged[i * 128 + thread] = vector(i);
+  };
   if constexpr (Traits::kDqOverOwnKeys) {
     float4* staged = reinterpret_cast<float4*>(smem.dq.data());
     if (warp_group == 0) {
       NamedBarrier::sync(128 + 32, kBarrierDqEmpty0);
-      CUTE_UNROLL
-      for (int i = 0; i < kVectors; ++i) staged[i * 128 + thread] = vector(i);
+      store(staged);
       NamedBarrier::arrive(Traits::kConsumerThreads, kBarrierDqStaged);
     } else {
       NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDqStaged);
@@ -244,9 +247,7 @@ CUTE_DEVICE void stage_dq(typename Traits::SharedStorage& smem, AccDq const& acc
     }
   } else {
     NamedBarrier::sync(128 + 32, kBarrierDqEmpty0 + warp_group);
-    float4* staged = reinterpret_cast<float4*>(smem.dq.data() + warp_group * Traits::kDqElems);
-    CUTE_UNROLL
-    for (int i = 0; i < kVectors; ++i) staged[i * 128 + thread] = vector(i);
+    store(reinterpret_cast<float4*>(smem.dq.data() + warp_group * Traits::kDqElems));
     cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
     NamedBarrier::arrive(128 + 32, kBarrierDqFull0 + warp_group);
   }

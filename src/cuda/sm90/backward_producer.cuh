@@ -136,8 +136,9 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
   using NamedBarrier = cutlass::arch::NamedBarrier;
   constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
   constexpr uint32_t kBytes = Traits::kDqElems * sizeof(float);
-  // One staging buffer per consumer warpgroup, or one for both (kDqOverOwnKeys: they sum there).
-  constexpr int kBuffers = Traits::kDqOverOwnKeys ? 1 : Traits::kConsumerWarpGroups;
+  // A staging buffer per column slice of the block: one per consumer warpgroup, or one for both
+  // (kDqOverOwnKeys: they sum there).
+  constexpr int kBuffers = Traits::kDqSlices;
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
   auto release_staging = [&] {  // once the adds issued so far have read the staging buffers
     if (lane == 0) cute::tma_store_wait<0>();

@@ -60,7 +60,8 @@ struct BackwardTraits {
   static constexpr bool kDqOverOwnKeys = !kSplitHeadDim && kHeadDim <= 64;
   static constexpr int kDqCols = kDqOverOwnKeys ? kHeadDim : kHeadDim / kConsumerWarpGroups;  // per warpgroup
   static constexpr int kDqKeys = kDqOverOwnKeys ? kKeysPerWarpGroup : kBlockN;  // the dQ GEMM's depth
-  static constexpr int kDqSlices = kHeadDim / kDqCols;  // column slices of a dQ block
+  static constexpr int kDqSlices = kHeadDim / kDqCols;  // column slices of a dQ block, a staging buffer each
+  static_assert(kSplitHeadDim || kDqSlices == (kDqOverOwnKeys ? 1 : kConsumerWarpGroups));
   // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
   // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
