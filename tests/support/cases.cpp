@@ -120,6 +120,20 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.alibi = Alibi::batch_heads;
     c.batch = 2;
     add(c);
+    // Longer sequences (13 key blocks of 64, an odd count): the sm90 backward's clusters of two
+    // CTAs on adjacent key blocks walk the query blocks either block sees, and a block sees only
+    // some of them under a causal mask or a sliding window.
+    c = Case{};
+    c.head_dim = d;
+    c.name = hd + "_seqlen777_causal";
+    c.seqlen_q = c.seqlen_k = 777;
+    c.causal = true;
+    add(c);
+    c.name = hd + "_seqlen777_window";
+    c.causal = false;
+    c.window_left = 100;
+    c.window_right = 30;
+    add(c);
   }
   // sm_margin (GPU table only; the CPU ignores it): every SM but one left free, so the persistent
   // sm90 kernels run one CTA through all the tiles (causal and GQA: tiles of unequal length).
