@@ -120,9 +120,9 @@ std::vector<Case> shared_cases(TableFor backend) {
     c.alibi = Alibi::batch_heads;
     c.batch = 2;
     add(c);
-    // Longer sequences (13 key blocks of 64, an odd count): the sm90 backward's clusters of two
-    // CTAs on adjacent key blocks walk the query blocks either block sees, and a block sees only
-    // some of them under a causal mask or a sliding window.
+    // Longer sequences (13 key blocks of 64, an odd count; 13 query blocks): tiles of many steps,
+    // key blocks that see only some query blocks under a causal mask or a sliding window, and
+    // fp32 dQ adds from many key blocks into each query block.
     c = Case{};
     c.head_dim = d;
     c.name = hd + "_seqlen777_causal";
