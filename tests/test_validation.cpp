@@ -120,6 +120,63 @@ TEST(Validation, Dtypes) {
       "q.dtype", "f32, f16 or bf16", ErrorKind::unsupported);
 }
 
+// e4m3 inputs (the FP8 forward): where they run and what goes with them. Views on the CUDA
+// device are validated only (make_forward_problem), never read.
+TEST(Validation, Fp8Inputs) {
+  auto e4m3_inputs = [](ForwardCall& c, DeviceKind device) {
+    for (TensorView* t : {&c.args.q, &c.args.k, &c.args.v}) {
+      t->dtype = DType::e4m3;
+      t->device = device;
+    }
+    c.args.out.dtype = DType::bf16;
+    c.args.out.device = c.args.lse.device = device;
+  };
+  expect_forward_error([&](auto& c) { e4m3_inputs(c, DeviceKind::cpu); }, "q.dtype", "e4m3 runs on the CUDA backend",
+                       ErrorKind::unsupported);
+  expect_forward_error([](auto& c) { c.args.q_descale = c.args.lse; }, "q_descale", "go with e4m3 inputs");
+  HostTensor descale{DType::f32, {2, 2}}, one{DType::f32, {1}}, wrong{DType::f32, {2, 4}};
+  {
+    ForwardCall c;
+    e4m3_inputs(c, DeviceKind::cpu);
+    BackwardArgs a;
+    a.q = c.args.q;
+    a.k = c.args.k;
+    a.v = c.args.v;
+    a.out = a.dout = a.dq = c.args.q;
+    a.dk = a.dv = c.args.k;
+    a.lse = c.args.lse;
+    expect_error([&] { backward(a); }, "q.dtype", "only in the forward", ErrorKind::unsupported);
+  }
+#ifdef FLASHATTN_WITH_CUDA
+  auto expect_cuda_error = [&](const std::function<void(ForwardCall&)>& breaker, const std::string& argument,
+                               const std::string& fragment, ErrorKind kind = ErrorKind::invalid_argument) {
+    ForwardCall c;
+    e4m3_inputs(c, DeviceKind::cuda);
+    breaker(c);
+    expect_error([&] { detail::make_forward_problem(c.args); }, argument, fragment, kind);
+  };
+  {
+    ForwardCall c;
+    e4m3_inputs(c, DeviceKind::cuda);
+    c.args.q_descale = descale.view(DeviceKind::cuda);
+    c.args.k_descale = one.view(DeviceKind::cuda);
+    const detail::ForwardProblem p = detail::make_forward_problem(c.args);
+    EXPECT_EQ(p.out_dtype, DType::bf16);
+    EXPECT_EQ(p.q_descale.batch_stride, 2);
+    EXPECT_EQ(p.k_descale.batch_stride, 0);
+    EXPECT_EQ(p.v_descale.data, nullptr);
+  }
+  expect_cuda_error([](auto& c) { c.args.out.dtype = DType::f32; }, "out.dtype", "f16 or bf16", ErrorKind::invalid_type);
+  expect_cuda_error([](auto& c) { c.args.dropout_p = 0.1f; }, "dropout_p", "no dropout", ErrorKind::unsupported);
+  expect_cuda_error([&](auto& c) { c.args.alibi_slopes = one.view(DeviceKind::cuda); }, "alibi_slopes", "no ALiBi",
+                    ErrorKind::unsupported);
+  expect_cuda_error([&](auto& c) { c.args.v_descale = wrong.view(DeviceKind::cuda); }, "v_descale.shape",
+                    "(batch, heads_kv) = [2, 2]");
+  expect_cuda_error([&](auto& c) { c.args.k_descale = descale.view(); }, "k_descale.device", "the device of q",
+                    ErrorKind::invalid_type);
+#endif
+}
+
 TEST(Validation, DevicesMustMatch) {
   expect_forward_error(
       [](auto& c) {

@@ -1,7 +1,7 @@
 // The `flashattn` command line: run one workload, sweep a benchmark, print build info.
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
-//                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P] [--dtype f16|bf16|f32]
+//                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P] [--dtype f16|bf16|f32|e4m3]
 //                 [--backend auto|cpu|cuda] [--backward [--deterministic]] [--check-rows R] [--seed S]
 //                 [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
@@ -69,7 +69,8 @@ DType parse_dtype(const std::string& s) {
   if (s == "f16" || s == "fp16") return DType::f16;
   if (s == "bf16") return DType::bf16;
   if (s == "f32" || s == "fp32") return DType::f32;
-  throw std::invalid_argument("--dtype expects f16, bf16 or f32, got '" + s + "'");
+  if (s == "e4m3" || s == "fp8") return DType::e4m3;  // the FP8 forward (Hopper): bf16 output, descale 1
+  throw std::invalid_argument("--dtype expects f16, bf16, f32 or e4m3, got '" + s + "'");
 }
 
 DeviceKind parse_backend(const std::string& s) {
@@ -334,7 +335,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
                "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P]\n"
-               "                       [--dtype f16|bf16|f32] [--backend auto|cpu|cuda] [--backward [--deterministic]]\n"
+               "                       [--dtype f16|bf16|f32|e4m3] [--backend auto|cpu|cuda] [--backward [--deterministic]]\n"
                "                       [--check-rows R] [--seed S]\n"
                "                       [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"

@@ -83,6 +83,11 @@ struct ForwardArgs : AttentionOptions {
   // Variable length, optional (int32, batch entries): sequence b uses only its first
   // seqused_k[b] keys (ALiBi's seqlen_k is then seqused_k[b]).
   TensorView seqused_k;
+  // FP8: q, k and v of dtype e4m3 (CUDA, Hopper; forward only; no dropout, ALiBi or paged K/V),
+  // out f16 or bf16. Each stored value times its descale factor is the value it stands for:
+  // float32 of shape (batch, heads_kv) (any strides; stride 0 repeats a factor) or (1,) for one
+  // per tensor; absent: 1. q_descale[b, h] applies to every query head of KV head h.
+  TensorView q_descale, k_descale, v_descale;
 };
 
 struct BackwardArgs : AttentionOptions {

@@ -140,6 +140,9 @@ ForwardProblem make_paged_forward_problem(const ForwardArgs& a) {
          "a variable-length call (cu_seqlens_q and cu_seqlens_k); use forward_kvcache for fixed-length caches",
          "a fixed-length call");
   if (!q.present()) fail("q", "a tensor", "none");
+  if (q.dtype == DType::e4m3)
+    fail("q.dtype", "f16 or bf16 with paged K/V or seqused_k (the FP8 forward reads contiguous K/V)", "e4m3",
+         ErrorKind::unsupported);
   const std::int64_t batch = a.cu_seqlens_q.present() ? a.cu_seqlens_q.shape[0] - 1 : 0;
   const bool paged = a.block_table.present();
   KvMap kv;
@@ -186,6 +189,9 @@ KvCachePlan make_kvcache_plan(const KvCacheArgs& a) {
   const TensorView& q = a.q;
   if (!q.present()) fail("q", "a tensor", "none");
   if (q.rank != 4) fail("q", "4 dimensions (batch, seqlen_q, heads_q, head_dim)", str(q.rank));
+  if (q.dtype == DType::e4m3)
+    fail("q.dtype", "f16 or bf16 in the KV-cache call (the FP8 forward reads contiguous K/V)", "e4m3",
+         ErrorKind::unsupported);
   const std::int64_t batch = q.shape[0], seqlen_q = q.shape[1], head_dim = q.shape[3];
   const bool paged = a.block_table.present();
 

@@ -145,9 +145,22 @@ void check_alibi(const AttentionOptions& o, const Layout& L, const TensorView& q
   }
 }
 
-// q, k, v and the options: everything both directions share.
-Layout check_inputs(const AttentionOptions& o, const TensorView& q, const TensorView& k,
-                    const TensorView& v) {
+// e4m3 q, k, v (the FP8 forward): what it runs on and what it leaves out.
+void check_fp8(const AttentionOptions& o, const TensorView& q) {
+  if (q.device != DeviceKind::cuda)
+    fail("q.dtype", "f32, f16 or bf16 on the CPU backend (e4m3 runs on the CUDA backend, on Hopper)", "e4m3",
+         ErrorKind::unsupported);
+  if (o.dropout_p > 0.0f)
+    fail("dropout_p", "0 with e4m3 inputs (the FP8 forward has no dropout)", std::to_string(o.dropout_p),
+         ErrorKind::unsupported);
+  if (o.alibi_slopes.present())
+    fail("alibi_slopes", "none with e4m3 inputs (the FP8 forward has no ALiBi)", "a tensor", ErrorKind::unsupported);
+}
+
+// q, k, v and the options: everything both directions share. fp8: the call takes e4m3 inputs
+// (the plain forward; the others reject them).
+Layout check_inputs(const AttentionOptions& o, const TensorView& q, const TensorView& k, const TensorView& v,
+                    bool fp8 = false) {
   Layout L;
   if (o.cu_seqlens_q.present() != o.cu_seqlens_k.present())
     fail(o.cu_seqlens_q.present() ? "cu_seqlens_k" : "cu_seqlens_q",
@@ -158,8 +171,12 @@ Layout check_inputs(const AttentionOptions& o, const TensorView& q, const Tensor
   check_tensor("k", k, rank);
   check_tensor("v", v, rank);
 
-  if (q.dtype != DType::f32 && q.dtype != DType::f16 && q.dtype != DType::bf16)
-    fail("q.dtype", "f32, f16 or bf16", to_string(q.dtype),
+  if (q.dtype == DType::e4m3 && fp8)
+    check_fp8(o, q);
+  else if (q.dtype != DType::f32 && q.dtype != DType::f16 && q.dtype != DType::bf16)
+    fail("q.dtype",
+         q.dtype == DType::e4m3 ? "f32, f16 or bf16 (e4m3 only in the forward without paged K/V)" : "f32, f16 or bf16",
+         to_string(q.dtype),
          q.dtype == DType::e4m3 || q.dtype == DType::e5m2 ? ErrorKind::unsupported : ErrorKind::invalid_type);
   check_dtype("k", k, q.dtype);
   check_dtype("v", v, q.dtype);
@@ -321,14 +338,47 @@ RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, co
   return {static_cast<float*>(lse.data), lse.stride[0], lse.stride[1]};
 }
 
+// An FP8 descale factor: none, (1,) or (batch, heads_kv), float32, on q's device.
+Descale check_descale(const char* name, const TensorView& t, const Layout& L, const TensorView& q) {
+  if (!t.present()) return {};
+  if (q.dtype != DType::e4m3) fail(name, "none (descale factors go with e4m3 inputs)", "a tensor");
+  if (t.rank == 1) {
+    check_tensor(name, t, 1);
+    check_shape(name, t, {1}, "one factor per tensor:");
+  } else {
+    check_tensor(name, t, 2);
+    check_shape(name, t, {L.batch, L.heads_kv}, "(batch, heads_kv) =");
+  }
+  check_dtype(name, t, DType::f32);
+  check_same_placement(name, t, q);
+  if (t.rank == 1) return {static_cast<const float*>(t.data), 0, 0};
+  return {static_cast<const float*>(t.data), t.stride[0], t.stride[1]};
+}
+
+// out: q's shape, and q's dtype, or f16 / bf16 for e4m3 inputs.
+void check_out(const TensorView& out, const TensorView& q) {
+  if (q.dtype != DType::e4m3) return check_like("out", out, q, "q");
+  check_tensor("out", out, q.rank);
+  if (out.dtype != DType::f16 && out.dtype != DType::bf16)
+    fail("out.dtype", "f16 or bf16 (the output of e4m3 inputs)", to_string(out.dtype), ErrorKind::invalid_type);
+  check_same_placement("out", out, q);
+  bool same = true;
+  for (int i = 0; i < q.rank; ++i) same = same && out.shape[i] == q.shape[i];
+  if (!same) fail("out.shape", "the shape of q " + shape_string(q), shape_string(out));
+}
+
 }  // namespace
 
 ForwardProblem make_forward_problem(const ForwardArgs& a) {
   if (a.block_table.present() || a.seqused_k.present()) return make_paged_forward_problem(a);  // api/kv_cache.cpp
-  const Layout L = check_inputs(a, a.q, a.k, a.v);
-  check_like("out", a.out, a.q, "q");
+  const Layout L = check_inputs(a, a.q, a.k, a.v, true);
+  check_out(a.out, a.q);
   ForwardProblem p;
   fill_problem(p, a, L, a.q, a.k, a.v);
+  p.out_dtype = a.out.dtype;
+  p.q_descale = check_descale("q_descale", a.q_descale, L, a.q);
+  p.k_descale = check_descale("k_descale", a.k_descale, L, a.q);
+  p.v_descale = check_descale("v_descale", a.v_descale, L, a.q);
   p.out = seq_tensor(a.out, L.varlen);
   if (a.lse.present()) p.lse = check_lse("lse", a.lse, L, a.q);
   return p;

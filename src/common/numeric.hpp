@@ -1,7 +1,9 @@
 #pragma once
-// Host conversions between float and the 16-bit storage types (round to nearest even).
+// Host conversions between float and the 16-bit and 8-bit storage types (round to nearest even).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace flashattn::detail {
 
@@ -53,6 +55,34 @@ inline std::uint16_t float_to_half(float f) {
   const std::uint32_t rest = abs & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
   return sign | std::uint16_t(h);
+}
+
+// e4m3 (OCP FP8 "E4M3FN", torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+// infinities, NaN 0x7f / 0xff, largest finite 448, subnormals k * 2^-9.
+inline float e4m3_to_float(std::uint8_t x) {
+  const int exp = (x >> 3) & 0xf, man = x & 7;
+  if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float magnitude = exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
+  return (x & 0x80) ? -magnitude : magnitude;
+}
+
+// Round to nearest even, saturating at +-448 (as the GPU's cvt.rn.satfinite); NaN -> 0x7f.
+inline std::uint8_t float_to_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const std::uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0x1p-6f)  // subnormal (or zero): multiples of 2^-9; 8 * 2^-9 is the smallest normal, code 8
+    return sign | std::uint8_t(std::nearbyint(a * 512.0f));
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int exp = e - 1 + 7, man = int(std::nearbyint((m * 2.0f - 1.0f) * 8.0f));
+  if (man == 8) {
+    man = 0;
+    ++exp;
+  }
+  const int code = (exp << 3) | man;
+  return sign | std::uint8_t(code > 0x7e ? 0x7e : code);
 }
 
 }  // namespace flashattn::detail

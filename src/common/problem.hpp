@@ -70,7 +70,20 @@ struct Problem {
   int group_size() const { return heads_q / heads_kv; }  // query heads per KV head
 };
 
+// Descale factors of an FP8 operand (the FP8 forward): the operand's stored values times
+// at(b, h) are the values it stands for, one float per (batch, KV head) at
+// data + b * batch_stride + h * head_stride (strides 0: one per tensor). data null: 1.
+struct Descale {
+  const float* data = nullptr;
+  std::int64_t batch_stride = 0;
+  std::int64_t head_stride = 0;
+
+  FA_HOST_DEVICE float at(int b, int h) const { return data ? data[b * batch_stride + h * head_stride] : 1.f; }
+};
+
 struct ForwardProblem : Problem {
+  DType out_dtype = DType::f16;  // dtype unless q is e4m3 (then f16 or bf16)
+  Descale q_descale, k_descale, v_descale;  // e4m3 only
   SeqTensor out;
   RowVector lse;  // lse.data == nullptr: not requested
   int num_splits = 0;  // split-KV count asked for by the caller; 0 = the backend's heuristic

@@ -66,7 +66,10 @@ const char* forced_family() {
 // What this build contains (from the generated instance list).
 bool built(Family family, const char* direction, DType dtype, int head_dim) {
   [[maybe_unused]] const char* fam = name(family);
-  [[maybe_unused]] const char* dt = dtype == DType::f16 ? "f16" : dtype == DType::bf16 ? "bf16" : "";
+  [[maybe_unused]] const char* dt = dtype == DType::f16    ? "f16"
+                                    : dtype == DType::bf16 ? "bf16"
+                                    : dtype == DType::e4m3 ? "e4m3"
+                                                           : "";
 #define FA_INSTANCE(f, dir, d, hd)                                                          \
   if (std::strcmp(fam, #f) == 0 && std::strcmp(direction, #dir) == 0 &&                    \
       std::strcmp(dt, #d) == 0 && head_dim == hd)                                            \
@@ -109,6 +112,7 @@ std::string built_head_dims(Family family, const char* direction, DType dtype) {
 
 using Element_f16 = cutlass::half_t;
 using Element_bf16 = cutlass::bfloat16_t;
+using Element_e4m3 = cutlass::float_e4m3_t;
 
 // Runs the generated instance for (family, dtype, head dim); false if this build has none.
 // Only instances listed in flashattn_instances.inc are referenced, so a narrowed kernel set
@@ -191,10 +195,35 @@ void check_dropout(const detail::Problem& p) {
                 std::to_string(p.dropout.p));
 }
 
+// e4m3 inputs: the sm90 forward alone (docs/kernels/fp8-forward.md); validation has rejected
+// what it never takes (dropout, ALiBi, paged K/V, the backward).
+void forward_fp8(const detail::ForwardProblem& p, int cc) {
+  const char* forced = forced_family();
+  if (forced && std::strcmp(forced, "sm90") != 0)
+    throw Error(ErrorKind::unsupported, "FLASHATTN_CUDA_FAMILY", "sm90 or unset with e4m3 inputs", forced);
+  if (cc != 90)
+    throw Error(ErrorKind::unsupported, "q.dtype",
+                "f16 or bf16 on this GPU (e4m3 runs on Hopper, compute capability 9.0)",
+                "e4m3 on compute capability " + std::to_string(cc));
+  const int width = instance_width(Family::sm90, "forward", DType::e4m3, p.head_dim);
+  if (width == 0)
+    throw Error(ErrorKind::unsupported, "head_dim",
+                "a head dim up to the widest built e4m3 forward (built widths: " +
+                    built_head_dims(Family::sm90, "forward", DType::e4m3) + ")",
+                std::to_string(p.head_dim));
+  if (!sm90::supports_fp8_forward(p))
+    throw Error(ErrorKind::unsupported, "q, k, v, out",
+                "with e4m3 inputs: a head dim that is a multiple of 16, pointers and strides that are multiples of "
+                "16 bytes and no broadcast (zero-stride) dimension",
+                "head_dim " + std::to_string(p.head_dim) + " or an unaligned operand");
+  if (!run_instance(Family::sm90, width, p)) throw_not_built(p, "forward", cc);
+}
+
 void forward(const detail::ForwardProblem& p) {
   check_dropout(p);
   DeviceGuard guard(p.device_index);
   const int cc = compute_capability(p.device_index);
+  if (p.dtype == DType::e4m3) return forward_fp8(p, cc);
   const bool decoding = p.seqlen_q <= kDecodeMaxQueryRows;
   // Paged K/V and per-sequence key ranges (p.kv) run on the sm80 family: its loaders address K/V
   // row by row through common/kv_layout.hpp; the sm90 forward's TMA boxes do not (yet).

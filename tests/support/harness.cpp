@@ -287,6 +287,105 @@ ForwardCheck check_forward(const Case& case_, DType dtype, DeviceKind device, st
   return r;
 }
 
+std::string Fp8ForwardCheck::describe() const {
+  std::ostringstream s;
+  s << "worst |out - ref| / bound " << worst_ratio << ", lse error " << lse_error << ", all written "
+    << all_written << ", masked rows ok " << masked_rows_ok;
+  return s.str();
+}
+
+namespace {
+// x (f32, (batch, seq, heads, dim) or packed (total, heads, dim) over sequences of lengths `lens`)
+// -> e4m3 with one descale factor per (sequence, group of `group` heads: a KV head), or one for
+// the whole tensor: amax / 448. Writes the factors ((sequences, heads / group), or (1,)) and
+// returns x dequantized: the values the kernel's inputs stand for.
+HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int group, Fp8Scales scales,
+                         HostTensor& e4m3, HostTensor& descale) {
+  const int rank = int(x.shape().size());
+  const std::int64_t heads = x.shape()[rank - 2], d = x.shape()[rank - 1];
+  const bool varlen = rank == 3;
+  std::vector<int> sequence_of_row;  // packed rows -> sequence
+  for (int b = 0; b < int(lens.size()); ++b) sequence_of_row.insert(sequence_of_row.end(), lens[b], b);
+  const std::int64_t sequences = varlen ? std::int64_t(lens.size()) : x.shape()[0];
+  descale = scales == Fp8Scales::per_tensor ? HostTensor(DType::f32, {1})
+                                            : HostTensor(DType::f32, {sequences, heads / group});
+  auto slot = [&](std::int64_t i) -> std::int64_t {
+    if (scales == Fp8Scales::per_tensor) return 0;
+    const std::int64_t row = i / (heads * d), head = (i / d) % heads;
+    const std::int64_t sequence = varlen ? sequence_of_row[std::size_t(row)] : row / x.shape()[1];
+    return sequence * (heads / group) + head / group;
+  };
+  std::vector<float> amax(std::size_t(descale.numel()), 0.f);
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    amax[std::size_t(slot(i))] = std::max(amax[std::size_t(slot(i))], std::abs(x.get(i)));
+  for (std::size_t j = 0; j < amax.size(); ++j) descale.set(std::int64_t(j), amax[j] > 0 ? amax[j] / 448.f : 1.f);
+  e4m3 = HostTensor(DType::e4m3, x.shape());
+  HostTensor dequantized(DType::f32, x.shape());
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const float s = descale.get(slot(i));
+    e4m3.set(i, x.get(i) / s);
+    dequantized.set(i, e4m3.get(i) * s);
+  }
+  return dequantized;
+}
+}  // namespace
+
+Fp8ForwardCheck check_forward_fp8(const Case& c, DType out_dtype, Fp8Scales scales, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // f32 draws in a contiguous layout (the FP8 forward needs 16-byte strides).
+  Case plain = c;
+  plain.layout = Layout::bshd;
+  HostTensor q = make_operand(plain, DType::f32, c.seqlen_q, c.heads_q, c.lens_q);
+  HostTensor k = make_operand(plain, DType::f32, c.seqlen_k, c.heads_kv, c.lens_k);
+  HostTensor v = make_operand(plain, DType::f32, c.seqlen_k, c.heads_kv, c.lens_k);
+  for (HostTensor* t : {&q, &k, &v}) t->fill_normal(rng, c.magnitude);
+  const int group = c.heads_q / c.heads_kv;
+  HostTensor q8, k8, v8, q_descale, k_descale, v_descale;
+  const HostTensor qf = quantize_e4m3(q, c.lens_q, group, scales, q8, q_descale);
+  const HostTensor kf = quantize_e4m3(k, c.lens_k, 1, scales, k8, k_descale);
+  const HostTensor vf = quantize_e4m3(v, c.lens_k, 1, scales, v8, v_descale);
+  HostTensor out = make_operand(plain, out_dtype, c.seqlen_q, c.heads_q, c.lens_q);
+  HostTensor lse = make_lse(c);
+  out.poison();
+  lse.poison();
+  HostTensor cu_q = make_offsets(c.lens_q), cu_k = make_offsets(c.lens_k), slopes;
+
+  Operands ops(DeviceKind::cuda, {&q8, &k8, &v8, &out, &lse, &cu_q, &cu_k, &q_descale, &k_descale, &v_descale});
+  ForwardArgs a;
+  fill_options(a, plain, ops.view(5), ops.view(6), {});
+  a.q = ops.view(0);
+  a.k = ops.view(1);
+  a.v = ops.view(2);
+  a.out = ops.view(3);
+  a.lse = ops.view(4);
+  a.q_descale = ops.view(7);
+  a.k_descale = ops.view(8);
+  a.v_descale = ops.view(9);
+  forward(a);
+  ops.download({3, 4});
+
+  HostTensor ref_out, ref_lse, abs_out, abs_lse;
+  run_reference_forward(plain, qf, kf, vf, cu_q, cu_k, slopes, ref_out, ref_lse, std::nullopt);
+  HostTensor v_abs = vf;
+  for (std::int64_t i = 0; i < v_abs.numel(); ++i) v_abs.set(i, std::abs(vf.get(i)));
+  run_reference_forward(plain, qf, kf, v_abs, cu_q, cu_k, slopes, abs_out, abs_lse, std::nullopt);
+
+  Fp8ForwardCheck r;
+  const auto got = out.to_floats(), ref = ref_out.to_floats(), weight = abs_out.to_floats();
+  const double u = out_dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;
+  r.all_written = !any_nan(got);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double bound = (0x1p-4 + 1e-3) * weight[i] + u * std::abs(double(ref[i]));
+    const double err = std::abs(double(got[i]) - ref[i]);
+    if (err == 0) continue;
+    r.worst_ratio = std::max(r.worst_ratio, bound > 0 ? err / bound : INFINITY);
+  }
+  const auto ref_l = ref_lse.to_floats(), got_l = lse.to_floats();
+  r.all_written = r.all_written && !any_nan(got_l);
+  r.lse_error = max_lse_error(got_l, ref_l, r.masked_rows_ok);
+  return r;
+}
+
 namespace {
 
 struct BackwardRun {

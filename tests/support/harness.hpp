@@ -45,6 +45,25 @@ BackwardCheck check_backward(const Case& c, DType dtype, DeviceKind device, std:
 std::vector<bool> dropout_kept_entries(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
                                        bool reference = false);
 
+// FP8 (e4m3 inputs, CUDA on Hopper): the case's inputs drawn as for check_forward, quantized to e4m3
+// with descale factors (one per (sequence, KV head), or one per tensor: amax / 448), run with an
+// f16 or bf16 output, and compared with the float64 reference on the dequantized inputs. Every
+// output element must lie within
+//   (2^-4 + 1e-3) * A + u * |ref|,
+// where A is the reference attention over |V| (the same weights: sum_j p_j |v_j|): P rounded to
+// e4m3 is off by at most 2^-4 of each entry (3 mantissa bits, round to nearest) and the kernel
+// divides by the unrounded row sum, so O is off by at most 2^-4 sum_j p_j |v_j|; 1e-3 covers
+// P's subnormals and float accumulation; u is the output type's rounding (2^-8 bf16, 2^-11 f16).
+struct Fp8ForwardCheck {
+  double worst_ratio = 0;  // max over elements of |out - ref| / bound (<= 1 passes)
+  double lse_error = 0;    // as ForwardCheck
+  bool all_written = true;
+  bool masked_rows_ok = true;
+  std::string describe() const;
+};
+enum class Fp8Scales { per_tensor, per_head };
+Fp8ForwardCheck check_forward_fp8(const Case& c, DType out_dtype, Fp8Scales scales, std::uint64_t seed);
+
 // Runs the backward twice on identical inputs; true if dq, dk, dv are bit-identical.
 bool backward_is_reproducible(const Case& c, DType dtype, DeviceKind device, std::uint64_t seed,
                               bool deterministic);

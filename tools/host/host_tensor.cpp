@@ -75,6 +75,7 @@ float HostTensor::get(std::int64_t i) const {
   switch (dtype_) {
     case DType::f16: std::memcpy(&h, p, 2); return detail::half_to_float(h);
     case DType::bf16: std::memcpy(&h, p, 2); return detail::bf16_to_float(h);
+    case DType::e4m3: return detail::e4m3_to_float(*p);
     case DType::i32: { std::int32_t v; std::memcpy(&v, p, 4); return float(v); }
     case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); return float(v); }
     default: { float f; std::memcpy(&f, p, 4); return f; }
@@ -88,6 +89,7 @@ void HostTensor::set(std::int64_t i, float value) {
   switch (dtype_) {
     case DType::f16: h = detail::float_to_half(value); std::memcpy(p, &h, 2); break;
     case DType::bf16: h = detail::float_to_bf16(value); std::memcpy(p, &h, 2); break;
+    case DType::e4m3: *p = detail::float_to_e4m3(value); break;
     case DType::i32: { std::int32_t v = std::int32_t(value); std::memcpy(p, &v, 4); break; }
     case DType::i64: { std::int64_t v = std::int64_t(value); std::memcpy(p, &v, 8); break; }
     default: std::memcpy(p, &value, 4); break;

@@ -15,6 +15,10 @@
 //    kRescaleThreshold (log2 units); below that, probabilities may reach 2^threshold, which
 //    fp32 sums and bf16/fp16 P hold easily, and O needs no rescale. A warp skips the rescale
 //    when none of its rows moved.
+//
+// kProbLog2Shift > 0 (the FP8 forward): probabilities are 2^shift times larger, exp2(x - max +
+// shift), so that an e4m3 P keeps its small entries out of the subnormal range; the row sums
+// carry the same factor, so the normalized output does not change, and the LSE subtracts it.
 #include <cute/tensor.hpp>
 
 #include "cuda/common/fast_exp2.cuh"
@@ -22,7 +26,7 @@
 
 namespace flashattn::cuda {
 
-template <int kRows, int kPolyEvery = 0, bool kLazyRescale = false>
+template <int kRows, int kPolyEvery = 0, bool kLazyRescale = false, int kProbLog2Shift = 0>
 class DeferredOnlineSoftmax {
  public:
   static constexpr float kRescaleThreshold = 8.f;
@@ -35,6 +39,10 @@ class DeferredOnlineSoftmax {
   };
 
   CUTE_DEVICE explicit DeferredOnlineSoftmax(float scale_log2) : scale_log2_(scale_log2) { reset(); }
+
+  // A new score scale (the FP8 forward: each tile's descale factors fold into it); call before
+  // the tile's first step.
+  CUTE_DEVICE void set_scale_log2(float scale_log2) { scale_log2_ = scale_log2; }
 
   CUTE_DEVICE void reset() {
 #pragma unroll
@@ -68,9 +76,10 @@ class DeferredOnlineSoftmax {
       row_max_[r] = new_max;
       row_sum_[r] *= corr.factor[r];
       float sum = 0.f;
+      const float shifted_offset = offset - float(kProbLog2Shift);
 #pragma unroll
       for (int c = 0; c < size<1>(scores); ++c) {
-        const float x = fmaf(scores(r, c), scale_log2_, -offset);
+        const float x = fmaf(scores(r, c), scale_log2_, -shifted_offset);
         float p;
         if constexpr (kPolyEvery > 0)
           p = c % kPolyEvery == kPolyEvery - 1 ? exp2_poly(x) : exp2_sfu(x);
@@ -132,7 +141,8 @@ class DeferredOnlineSoftmax {
       const float sum = lane_group_allreduce<4>(row_sum_[r], SumOp{});
       const bool empty = sum == 0.f;  // the row saw no key
       const float inv = empty ? 0.f : 1.f / sum;
-      lse[r] = empty ? -INFINITY : row_max_[r] * logit_scale + logf(sum);
+      constexpr float kShiftLn = float(kProbLog2Shift) * 0.6931471805599453f;
+      lse[r] = empty ? -INFINITY : row_max_[r] * logit_scale + (logf(sum) - kShiftLn);
 #pragma unroll
       for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= inv;
     }

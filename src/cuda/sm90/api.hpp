@@ -42,6 +42,17 @@ inline bool supports_forward(const detail::ForwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.out, true) && head_columns(p).vectors;
 }
+// Whether the FP8 forward can read the problem's operands: TMA-readable, the head dim a multiple of
+// 16 and every pointer and followed stride a multiple of 16 bytes (1-byte Q, K, V; 2-byte out).
+inline bool supports_fp8_forward(const detail::ForwardProblem& p) {
+  auto aligned = [&](const detail::SeqTensor& t, int bytes, bool query_side) {
+    const OperandExtent e = operand_extent(p, query_side);
+    return tma_readable(p, t, query_side) && vector_aligned(t, bytes, e.rows, e.heads, e.batch);
+  };
+  return p.head_dim % 16 == 0 && aligned(p.q, 1, true) && aligned(p.k, 1, false) && aligned(p.v, 1, false) &&
+         aligned(p.out, 2, true);
+}
+
 // Whether the sm90 backward splits the head dim between its consumer warpgroups at this head dim
 // (backward_traits.cuh): their dK/dV no longer fit in registers otherwise. Those consumers add dQ
 // themselves, with no dQ writer warp to order the adds, so deterministic mode runs sm80 there.

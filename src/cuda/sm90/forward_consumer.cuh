@@ -4,7 +4,8 @@
 // O += P V (P from registers), then the epilogue. kDropout: the keep bits of a key block are
 // drawn while its S = Q K^T runs (forward_dropout.cuh), and the dropped entries of P are zeroed
 // after its softmax step (the row sums and the LSE stay undropped); O is scaled by 1 / (1 - p)
-// before the epilogue.
+// before the epilogue. FP8 (Traits::kFp8): the tile's descale factors fold into its score scale and
+// its output, and P becomes an e4m3 operand (fp8_probabilities.cuh).
 //
 // Two overlaps hide the softmax under tensor-core work:
 //  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
@@ -25,6 +26,7 @@
 #include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/forward_dropout.cuh"
+#include "cuda/sm90/fp8_probabilities.cuh"
 #include "cuda/sm90/forward_epilogue.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
@@ -94,7 +96,12 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 
   Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(typename Traits::TileShapeQK{}));
   Tensor tOrO = partition_fragment_C(mma_pv, select<0, 1>(typename Traits::TileShapePV{}));
-  Tensor tOrP = make_tensor<Element>(gmma_accumulator_as_a_layout(tSrS.layout()));
+  Tensor tOrP = [&] {
+    if constexpr (Traits::kFp8)
+      return make_tensor<Element>(ProbabilityOperandLayout<kBlockN>{});
+    else
+      return make_tensor<Element>(gmma_accumulator_as_a_layout(tSrS.layout()));
+  }();
   Tensor scores = gmma_rowcol(tSrS);
   Tensor out = gmma_rowcol(tOrO);
   // (row, key) of every score and (row, dim) of every output element within the tile.
@@ -138,6 +145,9 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // Dropout's coordinates: the tile's first row, and batch * heads_q + head (the stream's
     // counter takes (b * heads_q + h); passed below as b with heads_q 1 and h 0).
     [[maybe_unused]] int tile_row0 = 0, tile_batch_head = 0;
+    // FP8: Q's times K's descale factor, which scales the raw q.k (the tanh argument under softcap,
+    // else the logits: logit_descale), and V's (output), for the tile's (batch, KV head).
+    [[maybe_unused]] float tile_qk_descale = 1.f, tile_logit_descale = 1.f, tile_v_descale = 1.f;
     {
       TileWork const& w = slot.work;
       if constexpr (kDropout) {
@@ -154,6 +164,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         continue;
       }
       blocks = w.key_blocks;
+      if constexpr (Traits::kFp8) {
+        const int head_kv = w.coord.head / p.group;
+        tile_qk_descale = p.q_descale.at(w.coord.batch, head_kv) * p.k_descale.at(w.coord.batch, head_kv);
+        tile_v_descale = p.v_descale.at(w.coord.batch, head_kv);
+        tile_logit_descale = p.transform == ScoreTransform::softcap ? 1.f : tile_qk_descale;
+        softmax.set_scale_log2(p.scale_log2 * tile_logit_descale);
+      }
       const BlockMask mask = tile_mask(p, w);
       BlockMask own = mask;  // this warpgroup's rows that lie in the sequence
       own.first_row = w.row0 + warp_group * Traits::kRowsPerWarpGroup;
@@ -174,7 +191,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     auto to_logits = [&](int block) {
       if (p.transform == ScoreTransform::softcap) {
 #pragma unroll
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = accurate_tanh(tSrS(i) * p.softcap_input);
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = accurate_tanh(tSrS(i) * (p.softcap_input * tile_qk_descale));
       } else if (p.transform == ScoreTransform::negate) {
 #pragma unroll
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = -tSrS(i);
@@ -206,8 +223,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         zero_dropped(acc, keep);
       }
     };
-    // P in the dtype of V, same registers order as S (tOrP only views them as an A operand).
+    // P in the dtype of V, same registers order as S (tOrP only views them as an A operand);
+    // FP8, rearranged within quads.
     auto to_probabilities = [&]() {
+      if constexpr (Traits::kFp8) {
+        probabilities_to_e4m3_operand(tSrS, tOrP);
+        return;
+      }
       constexpr int kSize = decltype(size(tSrS))::value;
       cutlass::NumericArrayConverter<Element, float, kSize> convert;
       *reinterpret_cast<cutlass::Array<Element, kSize>*>(tOrP.data()) =
@@ -361,7 +383,11 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 #pragma unroll
         for (int r = 0; r < kRows; ++r) lse[r] = -INFINITY;
       } else {
-        softmax.finalize(out, p.logit_scale, lse);
+        softmax.finalize(out, p.logit_scale * tile_logit_descale, lse);
+        if constexpr (Traits::kFp8) {
+#pragma unroll
+          for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= tile_v_descale;
+        }
         if constexpr (kDropout) {
 #pragma unroll
           for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= p.dropout.keep_scale;

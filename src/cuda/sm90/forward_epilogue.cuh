@@ -19,7 +19,7 @@ namespace flashattn::cuda::sm90 {
 template <class Traits>
 struct ForwardEpilogue {
   using NamedBarrier = cutlass::arch::NamedBarrier;
-  using Element = typename Traits::Element;
+  using Element = typename Traits::OutputElement;  // O's (an FP8 forward's output is 16-bit)
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kThreads = Traits::kConsumerThreads;
@@ -29,8 +29,8 @@ struct ForwardEpilogue {
   // it keeps (the tile's last K stage or its last V stage, forward_traits.cuh).
   CUTE_DEVICE static Element* staging(typename Traits::SharedStorage& smem, int warp_group, int held_stage) {
     if constexpr (Traits::kOutputInKVStages)
-      return (warp_group == Traits::kKeyStageKeeper ? smem.k.data() : smem.v.data()) +
-             held_stage * Traits::kStageElems;
+      return reinterpret_cast<Element*>((warp_group == Traits::kKeyStageKeeper ? smem.k.data() : smem.v.data()) +
+                                        held_stage * Traits::kStageElems);
     else
       return smem.o.data() + warp_group * Traits::kOutputElems;
   }

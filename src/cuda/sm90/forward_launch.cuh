@@ -21,6 +21,7 @@
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_trace.cuh"
 #include "cuda/sm90/forward_traits.cuh"
+#include "cuda/sm90/fp8_value_transpose.cuh"
 #include "cuda/sm90/launch_support.cuh"
 #include "flashattn/error.hpp"
 
@@ -36,6 +37,10 @@ namespace flashattn::cuda::sm90 {
 constexpr int kSoftmaxDefault = FLASHATTN_SM90_SOFTMAX_DEFAULT;
 template <int kVariant>
 using ForwardSoftmax = DeferredOnlineSoftmax<2, (kVariant & 1) ? 4 : 0, (kVariant & 2) != 0>;
+// FP8: P scaled by 2^8 before it is rounded to e4m3 (at most 256 < 448), which keeps its small
+// entries out of e4m3's subnormals (docs/kernels/fp8-forward.md).
+template <int kVariant>
+using Fp8ForwardSoftmax = DeferredOnlineSoftmax<2, (kVariant & 1) ? 4 : 0, (kVariant & 2) != 0, 8>;
 
 template <class Traits>
 ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
@@ -47,14 +52,17 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   const bool varlen = p.is_varlen();
   auto q = tma_view<Traits, const Element>(p, p.q, true);
   auto k = tma_view<Traits, const Element>(p, p.k, false);
-  auto v = tma_view<Traits, const Element>(p, p.v, false);
-  auto o = tma_view<Traits, Element>(p, p.out, true);
+  auto o = tma_view<Traits, typename Traits::OutputElement>(p, p.out, true);
   f.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename Traits::SmemLayoutQ{}),
                           Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
   f.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
-  f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
-                          Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
+  if constexpr (!Traits::kFp8) {  // FP8: set_transposed_value, once V^T is written
+    auto v = tma_view<Traits, const Element>(p, p.v, false);
+    f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
+                            typename Traits::ValueBox{}, _1{});
+    f.shape_v = v.shape();
+  }
   f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{},
                           Shape<Int<Traits::kRowsPerWarpGroup>, Int<Traits::kHeadDim>>{}, _1{});
   f.shape_q = q.shape();
@@ -93,6 +101,9 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.scale_log2 = f.logit_scale > 0.f ? f.logit_scale * kLog2e : 1e-30f;
   f.alibi = p.alibi;  // validation keeps logit_scale > 0 with ALiBi
   f.alibi_to_logit = kLog2e / f.scale_log2;
+  f.q_descale = p.q_descale;
+  f.k_descale = p.k_descale;
+  f.v_descale = p.v_descale;
 
   const int m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long kv_bytes =
@@ -105,6 +116,22 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   const long long tiles = (long long)m_blocks * p.heads_q * p.batch;
   f.tail = TailSplit::make(tiles, int(std::min<long long>(tiles, sm_count)), key_blocks, even_tiles);
   return f;
+}
+
+// FP8: the TMA load of V reads V^T (fp8_value_transpose.cuh) at vt: (head dim, keys, heads_kv,
+// batch), keys contiguous (one packed axis for variable length).
+template <class Traits>
+void set_transposed_value(ForwardParams<Traits>& f, const detail::ForwardProblem& p, const void* vt) {
+  using namespace cute;
+  const bool varlen = p.is_varlen();
+  const std::int64_t keys = transposed_value_row_keys(p);
+  const int batch = varlen ? 1 : p.batch;
+  auto layout = make_layout(make_shape(int(p.head_dim), int(std::max<std::int64_t>(keys, 1)), p.heads_kv, std::max(batch, 1)),
+                            make_stride(keys, _1{}, keys * p.head_dim, keys * p.head_dim * p.heads_kv));
+  auto vt_tensor = make_tensor(make_gmem_ptr(static_cast<typename Traits::Element const*>(vt ? vt : p.q.data)), layout);
+  f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, vt_tensor, take<0, 2>(typename Traits::SmemLayoutV{}),
+                          typename Traits::ValueBox{}, _1{});
+  f.shape_v = vt_tensor.shape();
 }
 
 #ifdef FLASHATTN_SM90_TRACE
@@ -123,7 +150,7 @@ inline void write_trace(const std::uint64_t* trace, size_t count, cudaStream_t s
 }
 #endif
 
-template <class Traits, int kVariant, bool kDropout = false>
+template <class Traits, class Softmax, bool kDropout = false>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
   const long long tiles = (long long)params.order.num_m_blocks * p.heads_q * p.batch;
@@ -131,7 +158,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",
                 std::to_string(tiles));
-  constexpr auto kernel = &forward_kernel<Traits, ForwardSoftmax<kVariant>, kDropout>;
+  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int grid = int(std::min<long long>(tiles, sm_count));
@@ -145,6 +172,8 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   const size_t counter_offset = plan.add<int>(counters);
   const size_t partial_offset = plan.add<float2>(
       size_t(tail.num_slots()) * Traits::kConsumerWarpGroups * 128 * partial_chunks<Traits::kHeadDim>());
+  const size_t vt_bytes = Traits::kFp8 ? transposed_value_bytes(p) : 0;
+  const size_t vt_offset = plan.add<uint4>((vt_bytes + 15) / 16);
 #ifdef FLASHATTN_SM90_TRACE
   const size_t trace_count = size_t(grid) * kTraceWarpGroups * kTraceRecords;
   const size_t trace_offset = plan.add<std::uint64_t>(trace_count);
@@ -154,6 +183,11 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   params.tail_arrivals = params.tile_counter + 1;
   params.partials = workspace.at<float2>(partial_offset);
   FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, counters * sizeof(int), stream));
+  if constexpr (Traits::kFp8) {
+    void* vt = workspace.at<uint4>(vt_offset);
+    transpose_value(p, vt, stream);
+    set_transposed_value(params, p, vt);
+  }
 #ifdef FLASHATTN_SM90_TRACE
   params.trace = workspace.at<std::uint64_t>(trace_offset);
   FA_CUDA_CHECK(cudaMemsetAsync(params.trace, 0, trace_count * sizeof(std::uint64_t), stream));
@@ -168,19 +202,35 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
 // The softmax variant: the default, or (experiment builds) the one FLASHATTN_SM90_SOFTMAX names.
 template <class Traits>
 void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
-  // Dropout: one more kernel per (dtype, head dim, tile height), with the default softmax.
-  if (p.dropout.enabled()) return launch_kernel<Traits, kSoftmaxDefault, true>(p, sm_count, l2_bytes);
+  // FP8: no dropout (validation rejects it), P scaled before rounding.
+  if constexpr (Traits::kFp8) {
 #ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
-  const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
-  switch (env ? std::atoi(env) : kSoftmaxDefault) {
-    case 1: return launch_kernel<Traits, 1>(p, sm_count, l2_bytes);
-    case 2: return launch_kernel<Traits, 2>(p, sm_count, l2_bytes);
-    case 3: return launch_kernel<Traits, 3>(p, sm_count, l2_bytes);
-    default: return launch_kernel<Traits, 0>(p, sm_count, l2_bytes);
-  }
+    const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
+    switch (env ? std::atoi(env) : kSoftmaxDefault) {
+      case 1: return launch_kernel<Traits, Fp8ForwardSoftmax<1>>(p, sm_count, l2_bytes);
+      case 2: return launch_kernel<Traits, Fp8ForwardSoftmax<2>>(p, sm_count, l2_bytes);
+      case 3: return launch_kernel<Traits, Fp8ForwardSoftmax<3>>(p, sm_count, l2_bytes);
+      default: return launch_kernel<Traits, Fp8ForwardSoftmax<0>>(p, sm_count, l2_bytes);
+    }
 #else
-  launch_kernel<Traits, kSoftmaxDefault>(p, sm_count, l2_bytes);
+    launch_kernel<Traits, Fp8ForwardSoftmax<kSoftmaxDefault>>(p, sm_count, l2_bytes);
 #endif
+  } else {
+    // Dropout: one more kernel per (dtype, head dim, tile height), with the default softmax.
+    if (p.dropout.enabled())
+      return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);
+#ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
+    const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
+    switch (env ? std::atoi(env) : kSoftmaxDefault) {
+      case 1: return launch_kernel<Traits, ForwardSoftmax<1>>(p, sm_count, l2_bytes);
+      case 2: return launch_kernel<Traits, ForwardSoftmax<2>>(p, sm_count, l2_bytes);
+      case 3: return launch_kernel<Traits, ForwardSoftmax<3>>(p, sm_count, l2_bytes);
+      default: return launch_kernel<Traits, ForwardSoftmax<0>>(p, sm_count, l2_bytes);
+    }
+#else
+    launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>>(p, sm_count, l2_bytes);
+#endif
+  }
 }
 
 template <class Element, int HeadDim>
@@ -188,11 +238,17 @@ void run_forward(const detail::ForwardProblem& p) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
   const auto [sms, l2_bytes] = device_facts(p.device_index);
   const int sm_count = usable_sms(p, sms);
-  if constexpr (HeadDim <= 64) {
-    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
-      return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);
+  if constexpr (sizeof(Element) == 1) {  // e4m3 inputs: the output's dtype picks the kernel
+    if (p.out_dtype == DType::bf16)
+      return launch_forward<ForwardTraits<Element, HeadDim, 128, cutlass::bfloat16_t>>(p, sm_count, l2_bytes);
+    return launch_forward<ForwardTraits<Element, HeadDim, 128, cutlass::half_t>>(p, sm_count, l2_bytes);
+  } else {
+    if constexpr (HeadDim <= 64) {
+      if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
+        return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);
+    }
+    launch_forward<ForwardTraits<Element, HeadDim, 128>>(p, sm_count, l2_bytes);
   }
-  launch_forward<ForwardTraits<Element, HeadDim, 128>>(p, sm_count, l2_bytes);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -23,8 +23,9 @@ struct ForwardParams {
   typename Traits::TmaLoadK tma_k;
   typename Traits::TmaLoadV tma_v;
   typename Traits::TmaStoreO tma_o;
-  // (rows, head dim, heads, batch) extents the TMA tensors were built with.
-  typename Traits::GmemShape shape_q, shape_k, shape_o;
+  // (rows, head dim, heads, batch) extents the TMA tensors were built with; FP8 V^T's is
+  // (head dim, keys, heads, batch).
+  typename Traits::GmemShape shape_q, shape_k, shape_v, shape_o;
 
   // Output, also written directly (variable length, empty tiles): element (row, h) of
   // sequence b at out + b * batch_stride + row * seq_stride + h * head_stride.
@@ -50,6 +51,8 @@ struct ForwardParams {
   // (1 / logit_scale).
   detail::AlibiSlopes alibi;
   float alibi_to_logit;
+  // FP8: Q's and K's descale factors fold into each tile's score scale, V's into its output.
+  detail::Descale q_descale, k_descale, v_descale;
 
   TileOrder order;
   // The last partial wave dealt out as units of key blocks (forward_tail_split.cuh); inactive:

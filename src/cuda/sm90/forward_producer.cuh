@@ -12,6 +12,7 @@
 
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tile.cuh"
+#include "cuda/sm90/fp8_value_transpose.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -33,7 +34,7 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
 
   Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
   Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
-  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_v);  // FP8: V^T, (head dim, keys, heads, batch)
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
@@ -78,8 +79,16 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
                              Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(w.coord.m_block, _0{}));
       Tensor gK = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mK(_, _, head_kv, batch)),
                              Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, block)
-      Tensor gV = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mV(_, _, head_kv, batch)),
-                             Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+      Tensor gV = [&] {
+        if constexpr (Traits::kFp8)  // V^T: variable-length sequences start at multiples of 16 keys
+          return local_tile(domain_offset(make_coord(_0{}, p.cu_seqlens_q ? int(transposed_value_start(w.seq.row_k, w.coord.batch))
+                                                                          : 0),
+                                          mV(_, _, head_kv, batch)),
+                            Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));  // (D, N, block)
+        else
+          return local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mV(_, _, head_kv, batch)),
+                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+      }();
       Tensor tQgQ = tma_q.partition_S(gQ);
       Tensor tKgK = group_all_but_last(tma_k.partition_S(gK));  // (TMA, block)
       Tensor tVgV = group_all_but_last(tma_v.partition_S(gV));

@@ -18,12 +18,13 @@ namespace flashattn::cuda::sm90 {
 
 using namespace cute;
 
-// The widest swizzle whose row of 8 elements-per-16-bytes chunks divides `kCols` (16-bit data).
+// The widest swizzle (128, 64 or 32 bytes) that divides a row of `kCols` elements.
 template <class Element, int kCols, GMMA::Major kMajor>
 auto smem_layout_atom() {
-  if constexpr (kCols % 64 == 0)
+  constexpr int kRowBytes = kCols * int(sizeof(Element));
+  if constexpr (kRowBytes % 128 == 0)
     return GMMA::Layout_SW128_Atom<Element, kMajor>{};
-  else if constexpr (kCols % 32 == 0)
+  else if constexpr (kRowBytes % 64 == 0)
     return GMMA::Layout_SW64_Atom<Element, kMajor>{};
   else
     return GMMA::Layout_SW32_Atom<Element, kMajor>{};
@@ -39,12 +40,19 @@ auto qk_op_selector() {
 }
 
 // kBlockM_: query rows per tile, 64 per consumer warpgroup: 128, or 192 up to head dim 64
-// (forward_heuristics.hpp picks per problem).
-template <class Element_, int kHeadDim_, int kBlockM_ = 128>
+// (forward_heuristics.hpp picks per problem). Element_: Q, K and V; OutputElement_: O, the same
+// except for FP8 (e4m3) inputs, whose output is f16 or bf16 (docs/kernels/fp8-forward.md).
+template <class Element_, int kHeadDim_, int kBlockM_ = 128, class OutputElement_ = Element_>
 struct ForwardTraits {
   using Element = Element_;
+  using OutputElement = OutputElement_;
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256);
+  // FP8: both operands of every wgmma K-major, so the P.V GEMM reads V^T, which the launch
+  // writes (fp8_value_transpose.cuh) and TMA loads as (head dim, keys) tiles; P goes to e4m3 in
+  // registers (fp8_probabilities.cuh); Q stays in shared memory.
+  static constexpr bool kFp8 = sizeof(Element) == 1;
+  static_assert(!kFp8 || (sizeof(OutputElement) == 2 && kBlockM_ == 128), "FP8: 16-bit output, 128-row tiles");
 
   // Tiles. K/V tiles shrink with the head dim so that two stages of each, Q and (for head
   // dims up to 128) a second Q stage and a separate output tile fit in the 227 KB of shared memory, and so that the
@@ -53,7 +61,7 @@ struct ForwardTraits {
   // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
   static constexpr int kBlockM = kBlockM_;
   static_assert(kBlockM == 128 || (kBlockM == 192 && kHeadDim <= 64), "three warpgroups' fragments fit only up to d = 64");
-  static constexpr int kBlockN = key_block_cols(kHeadDim);
+  static constexpr int kBlockN = kFp8 ? kFp8KeyBlockCols : key_block_cols(kHeadDim);
   static constexpr int kStages = 2;
   // Above 128 there is room for neither a separate output tile nor a second Q stage: each
   // consumer warpgroup stages its output in a K/V stage the tile read last (warpgroup 0 in the
@@ -96,45 +104,51 @@ struct ForwardTraits {
   // (docs/log/sm90-forward.md, Q in registers). Not with three warpgroups, whose 160 registers
   // it overflows (168 bytes of spills at d = 64).
   static constexpr bool kQueryInRegisters =
-      kHeadDim <= FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO && kConsumerWarpGroups == 2;
+      kHeadDim <= FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO && kConsumerWarpGroups == 2 && !kFp8;
   using TiledMmaQK = decltype(make_tiled_mma(qk_op_selector<Element, TileShapeQK, kQueryInRegisters>(),
                                               ConsumerLayout{}));
   using SmemCopyQ = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // Q rows -> the A fragment
+  static constexpr GMMA::Major kValueMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;  // V^T as B
   using TiledMmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, TileShapePV, GMMA::Major::K, GMMA::Major::MN>(),
-      ConsumerLayout{}));
+      GMMA::rs_op_selector<Element, Element, float, TileShapePV, GMMA::Major::K, kValueMajor>(), ConsumerLayout{}));
   // One wgmma instruction spans the whole key block (S) and the whole head dim (O).
   static_assert(decltype(size<1>(typename TiledMmaQK::AtomShape_MNK{}))::value == kBlockN);
   static_assert(decltype(size<1>(typename TiledMmaPV::AtomShape_MNK{}))::value == kHeadDim);
 
-  // Shared memory. Q, K and O are K-major (head dim contiguous, as in global memory). V is
-  // stored the same way and read by the P.V GEMM as V^T, an MN-major B operand.
+  // Shared memory. Q, K and O are K-major (head dim contiguous, as in global memory). 16-bit V
+  // is stored the same way and read by the P.V GEMM as V^T, an MN-major B operand; FP8 V^T
+  // arrives transposed, keys contiguous (K-major).
   using RowAtom = decltype(smem_layout_atom<Element, kHeadDim, GMMA::Major::K>());
   using SmemLayoutQ =
       decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQueryStages>>{}));
   using SmemLayoutK =
       decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemLayoutVt = decltype(tile_to_shape(
-      smem_layout_atom<Element, kHeadDim, GMMA::Major::MN>(),
-      Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{}));
-  // The same bytes as (key, head dim, stage), for the TMA load.
-  using SmemLayoutV = decltype(composition(
-      SmemLayoutVt{},
-      make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutVt = std::conditional_t<
+      kFp8,
+      decltype(tile_to_shape(smem_layout_atom<Element, kBlockN, GMMA::Major::K>(),
+                             Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
+      decltype(tile_to_shape(smem_layout_atom<Element, kHeadDim, GMMA::Major::MN>(),
+                             Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{}))>;
+  // What the TMA load of V fills: FP8, V^T itself; else the same bytes as (key, head dim, stage).
+  using SmemLayoutV = std::conditional_t<
+      kFp8, SmemLayoutVt,
+      decltype(composition(SmemLayoutVt{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{},
+                                                               Step<_2, _1, _3>{})))>;
   // One consumer warpgroup's part of the output tile, (64 rows, head dim): each warpgroup
   // stores its part on its own, with no barrier between them.
-  using SmemLayoutO = decltype(tile_to_shape(RowAtom{}, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(smem_layout_atom<OutputElement, kHeadDim, GMMA::Major::K>(),
+                                             Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}));
   static constexpr int kOutputElems = cosize_v<SmemLayoutO>;
   static constexpr int kStageElems = kBlockN * kHeadDim;  // one K or V stage
   static_assert(cosize_v<SmemLayoutK> == kStages * kStageElems && cosize_v<SmemLayoutV> == kStages * kStageElems,
                 "K and V stages are contiguous");
-  static_assert(!kOutputInKVStages || (kOutputElems <= kStageElems && kConsumerWarpGroups == 2 &&
-                                       kStageElems * sizeof(Element) % 1024 == 0),
+  static_assert(!kOutputInKVStages || (kOutputElems * sizeof(OutputElement) <= kStageElems * sizeof(Element) &&
+                                       kConsumerWarpGroups == 2 && kStageElems * sizeof(Element) % 1024 == 0),
                 "a warpgroup's output fits in one K/V stage, at the swizzle's alignment");
   // The P.V GEMM of one warpgroup: its accumulator fragment is the one the epilogue stores.
   using WarpGroupMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>()));
+                           GMMA::Major::K, kValueMajor>()));
 
   using PipelineQ = cutlass::PipelineTmaAsync<kQueryStages>;
   using PipelineK = cutlass::PipelineTmaAsync<kStages>;
@@ -147,7 +161,7 @@ struct ForwardTraits {
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     std::conditional_t<kOutputInKVStages, Empty,
-                       cute::array_aligned<Element, kConsumerWarpGroups * kOutputElems, 1024>> o;
+                       cute::array_aligned<OutputElement, kConsumerWarpGroups * kOutputElems, 1024>> o;
     typename PipelineQ::SharedStorage pipeline_q;
     typename PipelineK::SharedStorage pipeline_k;
     typename PipelineV::SharedStorage pipeline_v;
@@ -168,13 +182,14 @@ struct ForwardTraits {
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
   using GmemLayout = Layout<GmemShape, GmemStride>;
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
-  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}));
+  using GmemTensorOut = decltype(make_tensor(make_gmem_ptr(static_cast<OutputElement*>(nullptr)), GmemLayout{}));
   using TmaLoadQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaLoadK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}),
-                                          Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  // FP8: V^T as (head dim, keys, heads, batch), keys contiguous.
+  using ValueBox = std::conditional_t<kFp8, Shape<Int<kHeadDim>, Int<kBlockN>>, Shape<Int<kBlockN>, Int<kHeadDim>>>;
+  using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}), ValueBox{}, _1{}));
   using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutO{},
                                            Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}, _1{}));
 };
