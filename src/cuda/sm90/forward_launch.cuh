@@ -199,37 +199,32 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
 #endif
 }
 
-// The softmax variant: the default, or (experiment builds) the one FLASHATTN_SM90_SOFTMAX names.
+// The softmax variant (Softmax<kVariant>): the default, or (experiment builds) the one
+// FLASHATTN_SM90_SOFTMAX names.
+template <class Traits, template <int> class Softmax>
+void launch_softmax_variant(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
+#ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
+  const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
+  switch (env ? std::atoi(env) : kSoftmaxDefault) {
+    case 1: return launch_kernel<Traits, Softmax<1>>(p, sm_count, l2_bytes);
+    case 2: return launch_kernel<Traits, Softmax<2>>(p, sm_count, l2_bytes);
+    case 3: return launch_kernel<Traits, Softmax<3>>(p, sm_count, l2_bytes);
+    default: return launch_kernel<Traits, Softmax<0>>(p, sm_count, l2_bytes);
+  }
+#else
+  launch_kernel<Traits, Softmax<kSoftmaxDefault>>(p, sm_count, l2_bytes);
+#endif
+}
+
 template <class Traits>
 void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
-  // FP8: no dropout (validation rejects it), P scaled before rounding.
   if constexpr (Traits::kFp8) {
-#ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
-    const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
-    switch (env ? std::atoi(env) : kSoftmaxDefault) {
-      case 1: return launch_kernel<Traits, Fp8ForwardSoftmax<1>>(p, sm_count, l2_bytes);
-      case 2: return launch_kernel<Traits, Fp8ForwardSoftmax<2>>(p, sm_count, l2_bytes);
-      case 3: return launch_kernel<Traits, Fp8ForwardSoftmax<3>>(p, sm_count, l2_bytes);
-      default: return launch_kernel<Traits, Fp8ForwardSoftmax<0>>(p, sm_count, l2_bytes);
-    }
-#else
-    launch_kernel<Traits, Fp8ForwardSoftmax<kSoftmaxDefault>>(p, sm_count, l2_bytes);
-#endif
+    launch_softmax_variant<Traits, Fp8ForwardSoftmax>(p, sm_count, l2_bytes);  // no dropout (validation)
   } else {
     // Dropout: one more kernel per (dtype, head dim, tile height), with the default softmax.
     if (p.dropout.enabled())
       return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);
-#ifdef FLASHATTN_SM90_SOFTMAX_EXPERIMENT
-    const char* env = std::getenv("FLASHATTN_SM90_SOFTMAX");
-    switch (env ? std::atoi(env) : kSoftmaxDefault) {
-      case 1: return launch_kernel<Traits, ForwardSoftmax<1>>(p, sm_count, l2_bytes);
-      case 2: return launch_kernel<Traits, ForwardSoftmax<2>>(p, sm_count, l2_bytes);
-      case 3: return launch_kernel<Traits, ForwardSoftmax<3>>(p, sm_count, l2_bytes);
-      default: return launch_kernel<Traits, ForwardSoftmax<0>>(p, sm_count, l2_bytes);
-    }
-#else
-    launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>>(p, sm_count, l2_bytes);
-#endif
+    launch_softmax_variant<Traits, ForwardSoftmax>(p, sm_count, l2_bytes);
   }
 }
 
