@@ -128,6 +128,9 @@ softcap: 0 = off. alibi_slopes: float32 (heads_q,) or (batch, heads_q): ALiBi, t
 i and key j gains -slope * |i + seqlen_k - seqlen_q - j| (after softcap); no gradient.
 sm_margin: CUDA, SMs that the persistent (Hopper) kernels leave free for kernels running beside
 them on other streams (a communication library's); 0 = none.
+FP8: q, k, v float8_e4m3fn (CUDA, Hopper; no dropout, ALiBi or pages), out f16 or bf16;
+q_descale, k_descale, v_descale: float32 (batch, heads_kv) or (1,), each stored value times its
+factor being the value it stands for; None = 1.
 block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
 page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)
 int32, packed calls only: sequence b uses its first seqused_k[b] keys (ALiBi's seqlen_k then).
@@ -212,14 +215,19 @@ NB_MODULE(_C, m) {
   m.def(
       "forward",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, FA_OPTION_PARAMS,
-         nb::handle block_table, nb::handle seqused_k) {
+         nb::handle block_table, nb::handle seqused_k, nb::handle q_descale, nb::handle k_descale,
+         nb::handle v_descale) {
         Forward f(q, k, v, out, lse, FA_OPTIONS);
         f.args.block_table = f.views.input(block_table, "block_table", kOffsetsDType);
         f.args.seqused_k = f.views.input(seqused_k, "seqused_k", kOffsetsDType);
+        f.args.q_descale = f.views.input(q_descale, "q_descale", kLseDType);  // float32
+        f.args.k_descale = f.views.input(k_descale, "k_descale", kLseDType);
+        f.args.v_descale = f.views.input(v_descale, "v_descale", kLseDType);
         run(&flashattn::forward, f.args);
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), nb::kw_only(), FA_OPTION_ARGS,
-      "block_table"_a = nb::none(), "seqused_k"_a = nb::none(), kForwardDoc);
+      "block_table"_a = nb::none(), "seqused_k"_a = nb::none(), "q_descale"_a = nb::none(),
+      "k_descale"_a = nb::none(), "v_descale"_a = nb::none(), kForwardDoc);
 
   m.def(
       "forward_kvcache",

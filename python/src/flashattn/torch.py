@@ -40,6 +40,11 @@ nheads), on q's device; the score of query i and key j gains -slope * |i + seqle
 flash-attn's causal kernels add slope * j instead (the same up to a constant per row): outputs and
 gradients agree, softmax_lse differs by slope * (i + seqlen_k - seqlen_q).
 
+FP8: flash_attn_func and flash_attn_varlen_func take torch.float8_e4m3fn q, k, v on a Hopper GPU
+(inference: no gradient, dropout, ALiBi or pages) with flash-attn 3's descale factors q_descale,
+k_descale, v_descale (float32 (batch, nheads_k), or (1,) for one per tensor; None = 1: each stored
+value times its factor is the value it stands for) and return a bfloat16 output, as flash-attn 3.
+
 Dropout together with softcap raises NotImplementedError on CUDA tensors (as flash-attn). As in
 flash-attn, no gradient flows through softmax_lse.
 
@@ -254,9 +259,71 @@ def _window(window_size) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
+# ---- FP8 (e4m3) inputs: the Hopper forward, inference only -------------------------------------
+
+
+def _forward_fp8(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    q_descale: Optional[Tensor],
+    k_descale: Optional[Tensor],
+    v_descale: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> tuple[Tensor, Tensor]:
+    """e4m3 q, k, v -> a bfloat16 output (flash-attn 3's for FP8) and the float32 LSE."""
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    lse = _empty_lse(q, cu_seqlens_q is not None)
+    _C.forward(
+        q, k, v, out, lse,
+        softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right), softcap=softcap,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+    )  # fmt: skip
+    return out, lse
+
+
+def _forward_fp8_fake(q, k, v, cu_seqlens_q, *options) -> tuple[Tensor, Tensor]:
+    return q.new_empty(q.shape, dtype=torch.bfloat16), _empty_lse(q, cu_seqlens_q is not None)
+
+
+_forward_fp8_op = torch.library.custom_op("flashattn::forward_fp8", _forward_fp8, mutates_args=())
+_forward_fp8_op.register_fake(_forward_fp8_fake)
+
+
+def _attention_fp8(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                   causal, window_size, softcap, alibi_slopes, descales) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(out, lse) of e4m3 inputs."""
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"flashattn: dropout_p: expected 0.0 with float8_e4m3fn inputs (the FP8 forward has no dropout), got {dropout_p}")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flashattn: alibi_slopes: expected None with float8_e4m3fn inputs (the FP8 forward has no ALiBi)")
+    if torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError("flashattn: q, k, v: float8_e4m3fn inputs have no backward (the FP8 forward is for inference)")
+    window_left, window_right = _window(window_size)
+    inputs = (
+        _last_dim_contiguous(q, "q"), _last_dim_contiguous(k, "k"), _last_dim_contiguous(v, "v"),
+        cu_seqlens_q, cu_seqlens_k, *descales, int(max_seqlen_q), int(max_seqlen_k),
+        None if softmax_scale is None else float(softmax_scale), bool(causal), int(window_left), int(window_right),
+        float(softcap),
+    )  # fmt: skip
+    if torch.compiler.is_compiling():
+        return _forward_fp8_op(*inputs)
+    return _forward_fp8(*inputs)
+
+
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-               return_lse, block_table=None, seqused_k=None) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:  # fmt: skip
+               return_lse, block_table=None, seqused_k=None,
+               descales=(None, None, None)) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:  # fmt: skip
     """(out, lse, rng_state); lse is None where neither the caller nor autograd needs it, rng_state
     None without dropout."""
     if isinstance(dropout_p, Tensor):
@@ -266,6 +333,13 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"flashattn: dropout_p: expected a probability in [0, 1), got {dropout_p}")
     dropout_p = float(dropout_p)
+    fp8 = isinstance(q, Tensor) and q.dtype == torch.float8_e4m3fn
+    if not fp8 and any(d is not None for d in descales):
+        raise ValueError(f"flashattn: q_descale, k_descale, v_descale: expected None (descale factors go with float8_e4m3fn inputs), got them with {getattr(q, 'dtype', type(q).__name__)} inputs")
+    if fp8 and block_table is None and seqused_k is None:
+        out, lse = _attention_fp8(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, descales)  # fmt: skip
+        return out, lse, None
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, Tensor):
             raise TypeError(f"flashattn: alibi_slopes: expected a torch.Tensor or None, got {type(alibi_slopes).__name__}")
@@ -448,7 +522,8 @@ def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):  # fmt: skip
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                    q_descale=None, k_descale=None, v_descale=None):  # fmt: skip
     """Attention over (batch, seqlen, nheads, headdim) tensors.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim).
@@ -462,9 +537,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, S_dmask) with
     return_attn_probs=True; softmax_lse is float32 (batch, nheads, seqlen_q); S_dmask is None
     without dropout, else the probabilities with dropped entries negated (module docstring).
+    q, k, v float8_e4m3fn (Hopper, inference): q_descale, k_descale, v_descale float32 (batch,
+    nheads_k) or (1,), None = 1; out is bfloat16 (module docstring).
     """
     out, lse, rng_state = _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size,
-                                     softcap, alibi_slopes, deterministic, return_attn_probs)  # fmt: skip
+                                     softcap, alibi_slopes, deterministic, return_attn_probs,
+                                     descales=(q_descale, k_descale, v_descale))  # fmt: skip
     if not return_attn_probs:
         return out
     return out, lse, _attn_probs(q, k, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size, softcap,
@@ -474,7 +552,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None, seqused_k=None):  # fmt: skip
+                           return_attn_probs=False, block_table=None, seqused_k=None,
+                           q_descale=None, k_descale=None, v_descale=None):  # fmt: skip
     """Attention over sequences of different lengths, packed along the first dimension.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim). cu_seqlens_q/k: int32
@@ -486,11 +565,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Returns out (total_q, nheads, headdim), or (out, softmax_lse, S_dmask) with
     return_attn_probs=True; softmax_lse is float32 (nheads, total_q); S_dmask (dropout only) is
     (batch, nheads, max_seqlen_q rounded up to 128, max_seqlen_k rounded up to 128). Other
-    arguments as flash_attn_func.
+    arguments as flash_attn_func (the descale factors too: (batch, nheads_k) per sequence).
     """
     out, lse, rng_state = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                     return_attn_probs, block_table, seqused_k)  # fmt: skip
+                                     return_attn_probs, block_table, seqused_k,
+                                     (q_descale, k_descale, v_descale))  # fmt: skip
     if not return_attn_probs:
         return out
     return out, lse, _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
