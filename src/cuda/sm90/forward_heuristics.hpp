@@ -29,10 +29,13 @@ constexpr int key_block_cols(int head_dim) {
   return head_dim <= 192 ? FLASHATTN_SM90_BLOCK_N_HD192 : FLASHATTN_SM90_BLOCK_N_HD256;
 }
 
-// Keys per K/V block of the FP8 forward, every head dim: a multiple of 32 (the k of an 8-bit
-// wgmma, which P.V reduces over keys); at one byte per element two stages of K and of V^T fit
-// beside Q even at head dim 256.
-constexpr int kFp8KeyBlockCols = 128;
+// Keys per K/V block of the FP8 forward: a multiple of 32 (the k of an 8-bit wgmma, which P.V
+// reduces over keys); at one byte per element two stages of K and of V^T fit beside Q even at
+// head dim 256. FLASHATTN_SM90_FP8_BLOCK_N_HD128: the knob for head dims up to 128.
+#ifndef FLASHATTN_SM90_FP8_BLOCK_N_HD128
+#define FLASHATTN_SM90_FP8_BLOCK_N_HD128 128
+#endif
+constexpr int fp8_key_block_cols(int head_dim) { return head_dim <= 128 ? FLASHATTN_SM90_FP8_BLOCK_N_HD128 : 128; }
 
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
 // ran 9-12% faster per row on long sequences (H100; docs/log/sm90-forward.md has each figure

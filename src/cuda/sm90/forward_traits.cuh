@@ -61,7 +61,7 @@ struct ForwardTraits {
   // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
   static constexpr int kBlockM = kBlockM_;
   static_assert(kBlockM == 128 || (kBlockM == 192 && kHeadDim <= 64), "three warpgroups' fragments fit only up to d = 64");
-  static constexpr int kBlockN = kFp8 ? kFp8KeyBlockCols : key_block_cols(kHeadDim);
+  static constexpr int kBlockN = kFp8 ? fp8_key_block_cols(kHeadDim) : key_block_cols(kHeadDim);
   static constexpr int kStages = 2;
   // Above 128 there is room for neither a separate output tile nor a second Q stage: each
   // consumer warpgroup stages its output in a K/V stage the tile read last (warpgroup 0 in the
