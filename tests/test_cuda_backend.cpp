@@ -7,8 +7,13 @@
 
 #include <cuda_runtime.h>
 
+#include <random>
+
 #include "backend_suite.hpp"
+#include "device_buffer.hpp"
 #include "flashattn/attention.hpp"
+#include "flashattn/fp8.hpp"
+#include "host_tensor.hpp"
 
 namespace flashattn::testing {
 namespace {
@@ -161,6 +166,53 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaFp8,
                            return std::get<0>(info.param).name + "_e4m3_to_" + to_string(std::get<1>(info.param)) +
                                   (std::get<2>(info.param) == Fp8Scales::per_head ? "_per_head" : "_per_tensor");
                          });
+
+// quantize_e4m3 (flashattn/fp8.hpp): the CUDA kernels give the CPU backend's bits (test_quantize.cpp
+// checks the CPU against float64), per head and per tensor, with and without the transform, at a
+// head dim of one element per lane (32), of several (128) and one that is no power of two (80).
+TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(test_seed());
+  for (int d : {32, 80, 128}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool per_tensor = variant == 1, transform = variant != 0 && (d & (d - 1)) == 0;
+      host::HostTensor x(DType::bf16, {3, 77, 8, d}), signs(DType::f32, {d});
+      x.fill_normal(rng, 4.0f);
+      for (int i = 0; i < d; ++i) signs.set(i, (rng() & 1) ? 1.0f : -1.0f);
+      auto run = [&](DeviceKind device) {
+        host::HostTensor out(DType::e4m3, x.shape()),
+            descale = per_tensor ? host::HostTensor(DType::f32, {1}) : host::HostTensor(DType::f32, {3, 4});
+        out.poison();
+        descale.poison();
+        std::vector<host::DeviceBuffer> buffers;
+        auto view = [&](host::HostTensor& t) {
+          if (device == DeviceKind::cpu) return t.view();
+          buffers.push_back(host::DeviceBuffer::upload(t));
+          return t.view(DeviceKind::cuda, buffers.back().data());
+        };
+        QuantizeArgs a;
+        a.x = view(x);
+        a.out = view(out);
+        a.descale = view(descale);
+        if (transform) a.signs = view(signs);
+        a.heads_kv = 4;
+        a.per_tensor = per_tensor;
+        quantize_e4m3(a);
+        if (device == DeviceKind::cuda) {
+          host::device_synchronize();
+          buffers[1].download(out);
+          buffers[2].download(descale);
+        }
+        return std::make_pair(std::move(out), std::move(descale));
+      };
+      const auto cpu = run(DeviceKind::cpu), gpu = run(DeviceKind::cuda);
+      SCOPED_TRACE("d " + std::to_string(d) + ", per tensor " + std::to_string(per_tensor) + ", transform " +
+                   std::to_string(transform));
+      EXPECT_EQ(std::memcmp(cpu.second.data(), gpu.second.data(), cpu.second.storage_bytes()), 0);
+      EXPECT_EQ(std::memcmp(cpu.first.data(), gpu.first.data(), cpu.first.storage_bytes()), 0);
+    }
+  }
+}
 
 // Causal and not, GQA, and columns (KV head, sequence) that do not fill the last group of the
 // sm90 backward's interleaved claim order (backward_tile.cuh): 15 columns of 11 query blocks.

@@ -2,6 +2,7 @@
 // flashattn: exact, IO-aware attention (the FlashAttention family).
 #include "flashattn/attention.hpp"
 #include "flashattn/distributed.hpp"
+#include "flashattn/fp8.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/kv_cache.hpp"
 #include "flashattn/tensor.hpp"

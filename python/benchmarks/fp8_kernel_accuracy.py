@@ -2,8 +2,8 @@
 on flash-attn 3's outlier data (python/benchmarks/fp8_accuracy.py: outlier_normal), for the bf16
 kernel and for e4m3 inputs quantized by flashattn.fp8 with one scale per tensor, one per (sequence,
 KV head), and one per (sequence, KV head) after incoherent processing (the Hadamard transform with
-random signs on Q and K). Also the quantization helper's time (CUDA events) at 16k tokens x
-hidden 2048, the same shapes as the speed table.
+random signs on Q and K). Also quantize_e4m3's time (the library's kernels, CUDA events) at 16k
+tokens x hidden 2048, the same shapes as the speed table.
 
 Usage: python fp8_kernel_accuracy.py [--dim 128] [--seqlens 1024,4096,8192,16384] [--heads 4]
                                      [--causal] [--json PATH]

@@ -347,6 +347,27 @@ NB_MODULE(_C, m) {
 #undef FA_OPTION_PARAMS
 #undef FA_OPTION_ARGS
 
+  m.def(
+      "quantize_e4m3",
+      [](nb::handle x, nb::handle out, nb::handle descale, nb::handle signs, int heads_kv, bool per_tensor,
+         std::optional<std::uintptr_t> stream) {
+        TensorViews views;
+        QuantizeArgs a;
+        a.x = views.input(x, "x", kValueDTypes);
+        a.out = views.output(out, "out", "e4m3");
+        a.descale = views.output(descale, "descale", kLseDType);  // float32
+        a.signs = views.input(signs, "signs", kLseDType);
+        a.heads_kv = heads_kv;
+        a.per_tensor = per_tensor;
+        a.stream = reinterpret_cast<void*>(stream ? *stream : current_stream(x, a.x));
+        run(&flashattn::quantize_e4m3, a);
+      },
+      "x"_a, "out"_a, "descale"_a, nb::kw_only(), "signs"_a = nb::none(), "heads_kv"_a = 0, "per_tensor"_a = false,
+      "stream"_a = nb::none(),
+      "x (batch, seqlen, heads, head_dim) -> out (e4m3, caller-provided) and descale (float32 (batch, heads_kv), or "
+      "(1,) with per_tensor): out * descale stands for x, amax / 448 per slot. signs (float32 (head_dim,) of +-1): "
+      "first multiply by the random-sign Walsh-Hadamard transform (flashattn/fp8.hpp).");
+
   m.def("built_with_cuda", &flashattn::built_with_cuda, "Whether this build contains the CUDA backend.");
   m.def("cuda_available", &flashattn::cuda_available,
         "Whether the CUDA backend is built and a CUDA device is usable now.");

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flashattn  # noqa: E402
-from flashattn.fp8 import E4M3_MAX, hadamard_signs, incoherent, quantize_e4m3  # noqa: E402
+from flashattn.fp8 import E4M3_MAX, hadamard_signs, quantize_e4m3  # noqa: E402
 from flashattn.torch import flash_attn_func, flash_attn_varlen_func  # noqa: E402
 
 HOPPER = (
@@ -24,12 +24,27 @@ def normal(shape, seed, device="cpu"):
     return torch.randn(shape, generator=g, dtype=torch.float32).to(device)
 
 
-def test_incoherent_transform_is_orthogonal():
-    q, k = normal((2, 5, 4, 64), 1), normal((2, 7, 4, 64), 2)
-    signs = hadamard_signs(64, seed=3)
-    tq, tk = incoherent(q, signs), incoherent(k, signs)
-    assert torch.allclose(torch.einsum("bqhd,bkhd->bhqk", tq, tk), torch.einsum("bqhd,bkhd->bhqk", q, k), atol=1e-4)
-    assert torch.allclose(tq.norm(dim=-1), q.norm(dim=-1), rtol=1e-5)
+def hadamard(signs):
+    """H diag(signs) / sqrt(d) as a float64 matrix (Sylvester's construction)."""
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < signs.numel():
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+    return (h * signs.double().cpu()[:, None]) / signs.numel() ** 0.5
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 256])
+def test_incoherent_quantization(head_dim):
+    """The transform is the orthogonal H diag(signs) / sqrt(d): QK^T is unchanged, and the e4m3
+    values times their factors are x M within e4m3's rounding."""
+    q, k = normal((2, 5, 4, head_dim), 1), normal((2, 7, 4, head_dim), 2)
+    signs = hadamard_signs(head_dim, seed=3)
+    m = hadamard(signs)
+    assert torch.allclose(m @ m.T, torch.eye(head_dim, dtype=torch.float64), atol=1e-12)
+    (q8, qd), (k8, kd) = quantize_e4m3(q, signs=signs), quantize_e4m3(k, signs=signs)
+    for x, x8, d in ((q, q8, qd), (k, k8, kd)):
+        exact = x.double() @ m
+        back = x8.double() * d.double()[:, None, :, None]
+        assert ((back - exact).abs() <= 2.0**-4 * exact.abs() + 2.0**-9 * d.double().amax() + 1e-5).all()
     with pytest.raises(ValueError, match="power of two"):
         hadamard_signs(80)
 
@@ -108,13 +123,24 @@ def test_fp8_varlen_and_incoherent_processing():
     out = flash_attn_varlen_func(q8[0], k8[0], v8[0], cu, cu, max(lens), max(lens), causal=True,
                                  q_descale=qd, k_descale=kd, v_descale=vd)
     # Against float64 attention on what the e4m3 values stand for (the transformed Q and K: the
-    # transform leaves the attention unchanged, test_incoherent_transform_is_orthogonal).
+    # transform leaves the attention unchanged: test_incoherent_quantization).
     qf, kf, vf = (t[0].double() * d.double() for t, d in ((q8, qd), (k8, kd), (v8, vd)))
     for start, n in zip([0, 100, 101], lens):
         rows = slice(start, start + n)
         ref, weight = reference(qf[None, rows], kf[None, rows], vf[None, rows], True)
         bound = (2.0**-4 + 1e-3) * weight + 2.0**-8 * ref.abs()
         assert ((out[None, rows].double() - ref).abs() <= bound).all(), (start, n)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not flashattn.built_with_cuda(), reason="needs a CUDA build and GPU")
+@pytest.mark.parametrize("per_tensor,transform", [(False, False), (True, True), (False, True)])
+def test_quantize_gives_the_same_bits_on_cpu_and_cuda(per_tensor, transform):
+    x = (normal((3, 77, 8, 128), 16) * 5).to(torch.bfloat16)
+    signs = hadamard_signs(128, seed=2) if transform else None
+    cpu = quantize_e4m3(x, heads_kv=2, signs=signs, per_tensor=per_tensor)
+    gpu = quantize_e4m3(x.cuda(), heads_kv=2, signs=None if signs is None else signs.cuda(), per_tensor=per_tensor)
+    assert torch.equal(cpu[1], gpu[1].cpu())
+    assert torch.equal(cpu[0].view(torch.uint8), gpu[0].cpu().view(torch.uint8))
 
 
 @needs_hopper

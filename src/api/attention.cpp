@@ -5,6 +5,7 @@
 #include "api/validate.hpp"
 #include "cpu/backend.hpp"
 #include "flashattn/error.hpp"
+#include "flashattn/fp8.hpp"
 #include "flashattn/reference.hpp"
 #ifdef FLASHATTN_WITH_CUDA
 #include "cuda/backend.hpp"
@@ -25,6 +26,14 @@ void backward(const BackwardArgs& args) {
   if (problem.device == DeviceKind::cpu) return cpu::backward(problem);
 #ifdef FLASHATTN_WITH_CUDA
   cuda::backward(problem);
+#endif
+}
+
+void quantize_e4m3(const QuantizeArgs& args) {
+  const detail::QuantizeProblem problem = detail::make_quantize_problem(args);
+  if (problem.device == DeviceKind::cpu) return cpu::quantize_e4m3(problem);
+#ifdef FLASHATTN_WITH_CUDA
+  cuda::quantize_e4m3(problem);
 #endif
 }
 
@@ -63,6 +72,14 @@ static void require_cpu(const TensorView& q) {
 void forward(const ForwardArgs& args) {
   require_cpu(args.q);
   cpu::reference_forward(detail::make_forward_problem(args));
+}
+
+void quantize_e4m3(const QuantizeArgs& args) {
+  const detail::QuantizeProblem problem = detail::make_quantize_problem(args);
+  if (problem.device == DeviceKind::cpu) return cpu::quantize_e4m3(problem);
+#ifdef FLASHATTN_WITH_CUDA
+  cuda::quantize_e4m3(problem);
+#endif
 }
 
 void forward_kvcache(const KvCacheArgs& args) {

@@ -384,6 +384,69 @@ ForwardProblem make_forward_problem(const ForwardArgs& a) {
   return p;
 }
 
+QuantizeProblem make_quantize_problem(const QuantizeArgs& a) {
+  check_tensor("x", a.x, 4);
+  if (a.x.dtype != DType::f32 && a.x.dtype != DType::f16 && a.x.dtype != DType::bf16)
+    fail("x.dtype", "f32, f16 or bf16", to_string(a.x.dtype), ErrorKind::invalid_type);
+  check_tensor("out", a.out, 4);
+  check_dtype("out", a.out, DType::e4m3);
+  check_same_placement("out", a.out, a.x);
+  check_shape("out", a.out, {a.x.shape[0], a.x.shape[1], a.x.shape[2], a.x.shape[3]}, "the shape of x");
+  QuantizeProblem p;
+  p.device = a.x.device;
+  p.device_index = a.x.device_index;
+  p.stream = a.stream;
+  p.dtype = a.x.dtype;
+  p.batch = int(a.x.shape[0]);
+  p.seqlen = int(a.x.shape[1]);
+  p.heads = int(a.x.shape[2]);
+  p.head_dim = int(a.x.shape[3]);
+  if (p.head_dim < 1 || p.head_dim > kMaxHeadDim)
+    fail("x.shape[3] (head_dim)", "1 to " + std::to_string(kMaxHeadDim), std::to_string(p.head_dim));
+  if (p.device == DeviceKind::cuda && p.head_dim > kMaxGpuHeadDim)
+    fail("x.shape[3] (head_dim)", "1 to " + std::to_string(kMaxGpuHeadDim) + " on the CUDA backend",
+         std::to_string(p.head_dim), ErrorKind::unsupported);
+#ifndef FLASHATTN_WITH_CUDA
+  if (p.device == DeviceKind::cuda)
+    fail("x.device", "cpu (this build of flashattn has no CUDA backend)", "cuda", ErrorKind::unsupported);
+#endif
+  const int heads_kv = a.heads_kv == 0 ? p.heads : a.heads_kv;
+  if (heads_kv < 1 || p.heads % heads_kv != 0)
+    fail("heads_kv", "a divisor of x's heads (" + std::to_string(p.heads) + "), or 0", std::to_string(a.heads_kv));
+  p.per_tensor = a.per_tensor;
+  p.slots_per_sequence = heads_kv;
+  check_tensor("descale", a.descale, a.per_tensor ? 1 : 2);
+  check_dtype("descale", a.descale, DType::f32);
+  check_same_placement("descale", a.descale, a.x);
+  if (a.per_tensor)
+    check_shape("descale", a.descale, {1}, "one factor per tensor:");
+  else
+    check_shape("descale", a.descale, {p.batch, heads_kv}, "(batch, heads_kv) =");
+  if (!a.per_tensor && a.descale.shape[1] > 1 && a.descale.stride[0] != heads_kv)
+    fail("descale.stride[0]", std::to_string(heads_kv) + " (contiguous)", std::to_string(a.descale.stride[0]));
+  if (a.signs.present()) {
+    check_tensor("signs", a.signs, 1);
+    check_dtype("signs", a.signs, DType::f32);
+    check_same_placement("signs", a.signs, a.x);
+    check_shape("signs", a.signs, {p.head_dim}, "(head_dim,) =");
+    if (p.head_dim & (p.head_dim - 1))
+      fail("x.shape[3] (head_dim)", "a power of two with signs (the Walsh-Hadamard transform)",
+           std::to_string(p.head_dim));
+    p.signs = static_cast<const float*>(a.signs.data);
+  }
+  p.transform_scale = 1.0f / std::sqrt(float(p.head_dim));
+  p.x = a.x.data;
+  p.x_batch_stride = a.x.stride[0];
+  p.x_seq_stride = a.x.stride[1];
+  p.x_head_stride = a.x.stride[2];
+  p.out = static_cast<std::uint8_t*>(a.out.data);
+  p.out_batch_stride = a.out.stride[0];
+  p.out_seq_stride = a.out.stride[1];
+  p.out_head_stride = a.out.stride[2];
+  p.descale = static_cast<float*>(a.descale.data);
+  return p;
+}
+
 BackwardProblem make_backward_problem(const BackwardArgs& a) {
   const Layout L = check_inputs(a, a.q, a.k, a.v);
   check_like("out", a.out, a.q, "q");

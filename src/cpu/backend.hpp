@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "common/problem.hpp"
+#include "common/quantize.hpp"
 
 namespace flashattn::cpu {
 
@@ -10,6 +11,9 @@ namespace flashattn::cpu {
 // threaded over (batch, head, query block).
 void forward(const detail::ForwardProblem& problem);
 void backward(const detail::BackwardProblem& problem);
+
+// x -> e4m3 and its descale factors (flashattn/fp8.hpp), the same bits as the CUDA kernel.
+void quantize_e4m3(const detail::QuantizeProblem& problem);
 
 // Float64 reference in plain loops (for tests and the command line's checks).
 // With `round_to` set it becomes a same-precision baseline, an attention computed in that
