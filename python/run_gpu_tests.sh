@@ -7,7 +7,7 @@
 #   FLASHATTN_PY_WHEEL      install this wheel (built for this Python) instead of building
 #   FLASHATTN_PY_CUDA       ON (default) or OFF: build with or without the CUDA backend
 #   FLASHATTN_PY_FAMILIES   kernel families to build (default "sm80;sm90")
-#   FLASHATTN_PY_DTYPES     (default "bf16;f16")      FLASHATTN_PY_HEADDIMS  (default "64;128")
+#   FLASHATTN_PY_DTYPES     (default "bf16;f16;e4m3") FLASHATTN_PY_HEADDIMS  (default "64;128")
 #   FLASHATTN_PY_BUILD_TIMEOUT  seconds the build may take (default: no limit)
 # Kernels are built for the H100/H200 (sm_90) only. Logs, the pytest report and the benchmark's
 # JSON go to $OUT (default build-py/gpu).
@@ -26,7 +26,7 @@ else
     -C build-dir="$root/build-py/gpu-build-$cuda" \
     -C cmake.define.FLASHATTN_CUDA="$cuda" -C cmake.define.FLASHATTN_NATIVE=OFF \
     -C cmake.define.FLASHATTN_KERNEL_FAMILIES="${FLASHATTN_PY_FAMILIES:-sm80;sm90}" \
-    -C cmake.define.FLASHATTN_DTYPES="${FLASHATTN_PY_DTYPES:-bf16;f16}" \
+    -C cmake.define.FLASHATTN_DTYPES="${FLASHATTN_PY_DTYPES:-bf16;f16;e4m3}" \
     -C cmake.define.FLASHATTN_HEADDIMS="${FLASHATTN_PY_HEADDIMS:-64;128}" \
     -C cmake.define.FLASHATTN_SM80_ARCHS=90-real "$root/python" >"$out/build-$cuda.log" 2>&1
   status=$?
