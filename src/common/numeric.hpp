@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "common/host_device.hpp"
+
 namespace flashattn::detail {
 
 inline float bits_to_float(std::uint32_t bits) {
@@ -66,23 +68,35 @@ inline float e4m3_to_float(std::uint8_t x) {
   return (x & 0x80) ? -magnitude : magnitude;
 }
 
-// Round to nearest even, saturating at +-448 (as the GPU's cvt.rn.satfinite); NaN -> 0x7f.
-inline std::uint8_t float_to_e4m3(float f) {
-  if (std::isnan(f)) return 0x7f;
-  const std::uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;
-  if (a < 0x1p-6f)  // subnormal (or zero): multiples of 2^-9; 8 * 2^-9 is the smallest normal, code 8
-    return sign | std::uint8_t(std::nearbyint(a * 512.0f));
-  int e = 0;
-  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int exp = e - 1 + 7, man = int(std::nearbyint((m * 2.0f - 1.0f) * 8.0f));
-  if (man == 8) {
-    man = 0;
-    ++exp;
+// Round to nearest even, saturating at +-448 (as the GPU's cvt.rn.satfinite); NaN -> 0x7f. Host
+// and device (quantize_e4m3's kernels use it on every GPU, so that both backends give the same
+// bits), by the float's bits.
+FA_HOST_DEVICE std::uint8_t float_to_e4m3(float f) {
+#ifdef __CUDA_ARCH__
+  const std::uint32_t bits = __float_as_uint(f);
+#else
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+#endif
+  const std::uint8_t sign = std::uint8_t((bits >> 24) & 0x80u);
+  const std::uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return 0x7f;             // NaN
+  if (magnitude >= 0x43e00000u) return sign | 0x7e;     // >= 448: the largest finite
+  if (magnitude < 0x3c800000u) {                        // below 2^-6: multiples of 2^-9
+#ifdef __CUDA_ARCH__
+    const float units = rintf(__uint_as_float(magnitude) * 512.0f);
+#else
+    float a;
+    std::memcpy(&a, &magnitude, sizeof a);
+    const float units = std::nearbyint(a * 512.0f);  // exact scaling; ties to even
+#endif
+    return sign | std::uint8_t(units);  // 8 units is the smallest normal, code 8
   }
-  const int code = (exp << 3) | man;
-  return sign | std::uint8_t(code > 0x7e ? 0x7e : code);
+  // Normal: the exponent rebiased (127 -> 7), 23 mantissa bits rounded to 3, ties to even; a
+  // carry out of the mantissa moves into the exponent. Codes stay <= 0x7e (448 and above left).
+  const std::uint32_t exponent = (magnitude >> 23) - 127 + 7, mantissa = magnitude & 0x7fffffu;
+  const std::uint32_t rounded = (mantissa + 0x7ffffu + ((mantissa >> 20) & 1u)) >> 20;
+  return sign | std::uint8_t((exponent << 3) + rounded);
 }
 
 }  // namespace flashattn::detail

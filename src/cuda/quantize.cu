@@ -2,8 +2,9 @@
 // ceil(head_dim / 32) consecutive elements. Two passes: the maxima of each descale slot (a CTA
 // per (b, h) and 64 rows, one atomicMax per CTA), then the values, which every CTA recomputes and
 // divides by its slot's factor. The operations and their order are the CPU backend's
-// (cpu/quantize.cpp), with IEEE-rounded intrinsics so that fast math changes nothing: both give
-// the same bits.
+// (cpu/quantize.cpp), with IEEE-rounded intrinsics so that fast math changes nothing, and the
+// same rounding to e4m3 (common/numeric.hpp, no sm_89 instruction: every GPU): both give the
+// same bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include <cutlass/numeric_types.h>
 
+#include "common/numeric.hpp"
 #include "cuda/backend.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/stream_workspace.cuh"
@@ -110,9 +112,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const detail::Quanti
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane * kPerLane + j;
       if (d < p.head_dim) {
-        std::uint16_t pair;  // e4m3 of x / descale, rounded to nearest even, saturated at 448
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(__fdiv_rn(v[j], descale)));
-        out[d] = std::uint8_t(pair & 0xff);
+        out[d] = detail::float_to_e4m3(__fdiv_rn(v[j], descale));  // any GPU: no sm_89 cvt
       }
     }
   }

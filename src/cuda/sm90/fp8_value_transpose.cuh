@@ -100,8 +100,10 @@ inline std::size_t transposed_value_bytes(const detail::ForwardProblem& p) {
   return std::size_t(p.is_varlen() ? 1 : p.batch) * p.heads_kv * p.head_dim * transposed_value_row_keys(p);
 }
 
-// V of problem p into vt (transposed_value_bytes).
-inline void transpose_value(const detail::ForwardProblem& p, void* vt, cudaStream_t stream) {
+// V of problem p into vt (transposed_value_bytes). A template so that only the FP8 kernels'
+// translation units instantiate the transpose kernel.
+template <int kTile = kTransposeTile>
+void transpose_value(const detail::ForwardProblem& p, void* vt, cudaStream_t stream) {
   const bool varlen = p.is_varlen();
   ValueTransposeArgs a{};
   a.v = static_cast<const std::uint8_t*>(p.v.data);
@@ -119,9 +121,9 @@ inline void transpose_value(const detail::ForwardProblem& p, void* vt, cudaStrea
   if (std::int64_t(batch) * a.heads > 65535)
     throw Error(ErrorKind::unsupported, "batch * heads_kv", "at most 65535 with e4m3 inputs (V's transpose grid)",
                 std::to_string(std::int64_t(batch) * a.heads));
-  const dim3 grid(unsigned((transposed_value_keys(a.rows) + kTransposeTile - 1) / kTransposeTile),
-                  unsigned((a.head_dim + kTransposeTile - 1) / kTransposeTile), unsigned(batch * a.heads));
-  transpose_value_kernel<<<grid, 256, 0, stream>>>(a);
+  const dim3 grid(unsigned((transposed_value_keys(a.rows) + kTile - 1) / kTile), unsigned((a.head_dim + kTile - 1) / kTile),
+                  unsigned(batch * a.heads));
+  transpose_value_kernel<kTile><<<grid, 256, 0, stream>>>(a);
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
