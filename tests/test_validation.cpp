@@ -10,6 +10,7 @@
 #include "api/validate.hpp"
 #include "flashattn/attention.hpp"
 #include "flashattn/error.hpp"
+#include "flashattn/kv_cache.hpp"
 #include "host_tensor.hpp"
 
 namespace flashattn {
@@ -146,6 +147,21 @@ TEST(Validation, Fp8Inputs) {
     a.dk = a.dv = c.args.k;
     a.lse = c.args.lse;
     expect_error([&] { backward(a); }, "q.dtype", "only in the forward", ErrorKind::unsupported);
+  }
+  {  // the KV-cache call and paged K/V address K/V row by row, which the FP8 forward does not
+    ForwardCall c;
+    e4m3_inputs(c, DeviceKind::cpu);
+    KvCacheArgs kv;
+    kv.q = c.args.q;
+    kv.k_cache = c.args.k;
+    kv.v_cache = c.args.v;
+    kv.out = c.args.out;
+    expect_error([&] { forward_kvcache(kv); }, "q.dtype", "KV-cache call", ErrorKind::unsupported);
+    HostTensor cu{DType::i32, {3}}, table{DType::i32, {2, 1}};
+    ForwardArgs paged = c.args;
+    paged.cu_seqlens_q = paged.cu_seqlens_k = cu.view();
+    paged.block_table = table.view();
+    expect_error([&] { forward(paged); }, "q.dtype", "paged K/V", ErrorKind::unsupported);
   }
 #ifdef FLASHATTN_WITH_CUDA
   auto expect_cuda_error = [&](const std::function<void(ForwardCall&)>& breaker, const std::string& argument,

@@ -316,14 +316,18 @@ void fill_problem(Problem& p, const AttentionOptions& o, const Layout& L, const 
   p.v = seq_tensor(v, L.varlen);
 }
 
-void check_like(const char* name, const TensorView& t, const TensorView& like, const char* like_name) {
-  check_tensor(name, t, like.rank);
-  check_dtype(name, t, like.dtype);
-  check_same_placement(name, t, like);
+void check_same_shape(const char* name, const TensorView& t, const TensorView& like, const char* like_name) {
   bool same = true;
   for (int i = 0; i < like.rank; ++i) same = same && t.shape[i] == like.shape[i];
   if (!same) fail(std::string(name) + ".shape", std::string("the shape of ") + like_name + " " + shape_string(like),
                   shape_string(t));
+}
+
+void check_like(const char* name, const TensorView& t, const TensorView& like, const char* like_name) {
+  check_tensor(name, t, like.rank);
+  check_dtype(name, t, like.dtype);
+  check_same_placement(name, t, like);
+  check_same_shape(name, t, like, like_name);
 }
 
 RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, const TensorView& q) {
@@ -362,9 +366,7 @@ void check_out(const TensorView& out, const TensorView& q) {
   if (out.dtype != DType::f16 && out.dtype != DType::bf16)
     fail("out.dtype", "f16 or bf16 (the output of e4m3 inputs)", to_string(out.dtype), ErrorKind::invalid_type);
   check_same_placement("out", out, q);
-  bool same = true;
-  for (int i = 0; i < q.rank; ++i) same = same && out.shape[i] == q.shape[i];
-  if (!same) fail("out.shape", "the shape of q " + shape_string(q), shape_string(out));
+  check_same_shape("out", out, q, "q");
 }
 
 }  // namespace
@@ -391,7 +393,7 @@ QuantizeProblem make_quantize_problem(const QuantizeArgs& a) {
   check_tensor("out", a.out, 4);
   check_dtype("out", a.out, DType::e4m3);
   check_same_placement("out", a.out, a.x);
-  check_shape("out", a.out, {a.x.shape[0], a.x.shape[1], a.x.shape[2], a.x.shape[3]}, "the shape of x");
+  check_same_shape("out", a.out, a.x, "x");
   QuantizeProblem p;
   p.device = a.x.device;
   p.device_index = a.x.device_index;

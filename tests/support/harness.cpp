@@ -13,6 +13,7 @@
 #include "cpu/backend.hpp"
 #include "device_buffer.hpp"
 #include "flashattn/attention.hpp"
+#include "flashattn/fp8.hpp"
 #include "flashattn/reference.hpp"
 #include "host_tensor.hpp"
 
@@ -296,35 +297,53 @@ std::string Fp8ForwardCheck::describe() const {
 
 namespace {
 // x (f32, (batch, seq, heads, dim) or packed (total, heads, dim) over sequences of lengths `lens`)
-// -> e4m3 with one descale factor per (sequence, group of `group` heads: a KV head), or one for
-// the whole tensor: amax / 448. Writes the factors ((sequences, heads / group), or (1,)) and
-// returns x dequantized: the values the kernel's inputs stand for.
+// -> e4m3 by the library's quantize_e4m3 (CPU; checked against float64 in test_quantize.cpp), with
+// one descale factor per (sequence, group of `group` heads: a KV head), or one for the whole
+// tensor. Writes the factors ((sequences, heads / group), or (1,)) and returns x dequantized: the
+// values the kernel's inputs stand for.
 HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int group, Fp8Scales scales,
                          HostTensor& e4m3, HostTensor& descale) {
-  const int rank = int(x.shape().size());
-  const std::int64_t heads = x.shape()[rank - 2], d = x.shape()[rank - 1];
-  const bool varlen = rank == 3;
-  std::vector<int> sequence_of_row;  // packed rows -> sequence
-  for (int b = 0; b < int(lens.size()); ++b) sequence_of_row.insert(sequence_of_row.end(), lens[b], b);
+  const bool varlen = x.shape().size() == 3, per_tensor = scales == Fp8Scales::per_tensor;
+  const std::int64_t heads = x.shape()[x.shape().size() - 2], d = x.shape().back();
   const std::int64_t sequences = varlen ? std::int64_t(lens.size()) : x.shape()[0];
-  descale = scales == Fp8Scales::per_tensor ? HostTensor(DType::f32, {1})
-                                            : HostTensor(DType::f32, {sequences, heads / group});
-  auto slot = [&](std::int64_t i) -> std::int64_t {
-    if (scales == Fp8Scales::per_tensor) return 0;
-    const std::int64_t row = i / (heads * d), head = (i / d) % heads;
-    const std::int64_t sequence = varlen ? sequence_of_row[std::size_t(row)] : row / x.shape()[1];
-    return sequence * (heads / group) + head / group;
-  };
-  std::vector<float> amax(std::size_t(descale.numel()), 0.f);
-  for (std::int64_t i = 0; i < x.numel(); ++i)
-    amax[std::size_t(slot(i))] = std::max(amax[std::size_t(slot(i))], std::abs(x.get(i)));
-  for (std::size_t j = 0; j < amax.size(); ++j) descale.set(std::int64_t(j), amax[j] > 0 ? amax[j] / 448.f : 1.f);
+  descale = per_tensor ? HostTensor(DType::f32, {1}) : HostTensor(DType::f32, {sequences, heads / group});
   e4m3 = HostTensor(DType::e4m3, x.shape());
+  // The packed tensor seen as (1, rows, heads, dim) from row `first`; a fixed batch as it is.
+  auto view = [&](HostTensor& t, std::int64_t first, std::int64_t rows) {
+    if (!varlen) return t.view();
+    const std::int64_t row = heads * d;
+    return TensorView::strided(static_cast<char*>(t.data()) + first * row * element_size(t.dtype()), t.dtype(),
+                               {1, rows, heads, d}, {rows * row, row, d, 1}, DeviceKind::cpu);
+  };
+  auto quantize = [&](std::int64_t first, std::int64_t rows, TensorView factors) {
+    QuantizeArgs a;
+    a.x = view(const_cast<HostTensor&>(x), first, rows);
+    a.out = view(e4m3, first, rows);
+    a.descale = factors;
+    a.heads_kv = int(heads / group);
+    a.per_tensor = per_tensor;
+    flashattn::quantize_e4m3(a);
+  };
+  if (!varlen || per_tensor) {
+    quantize(0, varlen ? x.shape()[0] : x.shape()[1], descale.view());
+  } else {  // one call per sequence, each writing its row of factors
+    std::int64_t first = 0;
+    for (std::int64_t b = 0; b < sequences; ++b) {
+      const std::int64_t slots = heads / group;
+      quantize(first, lens[b],
+               TensorView::strided(static_cast<float*>(descale.data()) + b * slots, DType::f32, {1, slots}, {slots, 1},
+                                   DeviceKind::cpu));
+      first += lens[b];
+    }
+  }
   HostTensor dequantized(DType::f32, x.shape());
+  const std::int64_t row_elems = heads * d;
+  std::vector<std::int64_t> sequence_of_row;  // packed rows -> sequence
+  for (std::int64_t b = 0; b < std::int64_t(lens.size()); ++b) sequence_of_row.insert(sequence_of_row.end(), lens[b], b);
   for (std::int64_t i = 0; i < x.numel(); ++i) {
-    const float s = descale.get(slot(i));
-    e4m3.set(i, x.get(i) / s);
-    dequantized.set(i, e4m3.get(i) * s);
+    const std::int64_t row = i / row_elems, head = (i / d) % heads;
+    const std::int64_t sequence = varlen ? sequence_of_row[std::size_t(row)] : row / x.shape()[1];
+    dequantized.set(i, e4m3.get(i) * descale.get(per_tensor ? 0 : sequence * (heads / group) + head / group));
   }
   return dequantized;
 }
