@@ -2,14 +2,15 @@
 // The FP8 forward's P: the probabilities of a key block, in the fp32 accumulator of S, become
 // the e4m3 A operand of O += P V in registers.
 //
-// The two fragments hold different columns. Of each 32 keys (one k-step of an 8-bit wgmma), row
-// r's accumulator gives the thread of quad lane u the column pairs {2u, 2u + 1} of the four
-// groups of 8 (keys 2u + 8g, g = 0..3), while the A operand wants keys 4u .. 4u + 3 in one
-// register and 16 + 4u .. 19 + 4u in another (CuTe's GMMA ALayout_64x32). The keys 4u .. 4u + 3
-// are the pairs 2u and 2u + 1 of the first 16, which quad lanes 2u mod 4 and 2u + 1 mod 4 hold
-// (in their first group for u < 2, in their second for u >= 2): each thread packs its pairs of
-// groups (0, 1) and (2, 3) into one 32-bit word each, and two shuffles within the quad and one
-// byte permute build each register of the operand.
+// The two fragments hold different keys, and no data moves between threads: V^T's keys are stored
+// in the order the accumulator already has (fp8_value_transpose.cuh, transposed_value_key). Of each
+// 32 keys (one k-step of an 8-bit wgmma), row r's accumulator gives the thread of quad lane u the
+// column pairs {2u, 2u + 1} of the four groups of 8 (keys 2u + 8g, g = 0..3); the A operand
+// (CuTe's GMMA ALayout_64x32) takes in its register for slots 4u .. 4u + 3 of the first 16 (and
+// 16 + 4u .. 19 + 4u of the second) four bytes of this thread's own row. Packing the thread's
+// pairs of groups (0, 1), then (2, 3), into one word each puts keys 2u, 2u + 1, 2u + 8, 2u + 9 (of
+// each 16) in those slots, which is where V^T holds the same keys' values: the sum over keys of
+// O += P V is the same in any order.
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -24,7 +25,7 @@ CUTE_DEVICE std::uint32_t pack_e4m3x2(float first, float second) {
 }
 
 // acc: this thread's ((2, 2, N/8), 1, 1) fp32 accumulator of a 64 x N tile (probabilities);
-// operand: its ((4, 2, 2), 1, N/32) e4m3 A fragment. Every lane of the warp must call it.
+// operand: its ((4, 2, 2), 1, N/32) e4m3 A fragment, for V^T in transposed_value_key's order.
 template <class Accumulator, class Operand>
 CUTE_DEVICE void probabilities_to_e4m3_operand(Accumulator const& acc, Operand& operand) {
   using namespace cute;
@@ -32,9 +33,6 @@ CUTE_DEVICE void probabilities_to_e4m3_operand(Accumulator const& acc, Operand& 
   static_assert(decltype(size(acc))::value == 4 * kGroups && kGroups % 4 == 0, "a 64 x N accumulator, N % 32 == 0");
   static_assert(decltype(size(operand))::value == 4 * kGroups, "as many operand bytes as probabilities");
   std::uint32_t* words = reinterpret_cast<std::uint32_t*>(raw_pointer_cast(operand.data()));
-  const int lane = int(threadIdx.x % 32), u = lane % 4, quad = lane - u;
-  const int source_a = quad + (2 * u) % 4, source_b = quad + (2 * u + 1) % 4;
-  const std::uint32_t select = u < 2 ? 0x5410u : 0x7632u;  // low or high halves of both
 #pragma unroll
   for (int s = 0; s < kGroups / 4; ++s) {
 #pragma unroll
@@ -42,11 +40,8 @@ CUTE_DEVICE void probabilities_to_e4m3_operand(Accumulator const& acc, Operand& 
 #pragma unroll
       for (int k = 0; k < 2; ++k) {  // keys 0-15 and 16-31 of the 32
         const int g0 = 4 * s + 2 * k, g1 = g0 + 1;
-        const std::uint32_t mine = pack_e4m3x2(acc(4 * g0 + 2 * half), acc(4 * g0 + 2 * half + 1)) |
-                                   (pack_e4m3x2(acc(4 * g1 + 2 * half), acc(4 * g1 + 2 * half + 1)) << 16);
-        const std::uint32_t a = __shfl_sync(0xffffffffu, mine, source_a);
-        const std::uint32_t b = __shfl_sync(0xffffffffu, mine, source_b);
-        words[half + 2 * k + 4 * s] = __byte_perm(a, b, select);
+        words[half + 2 * k + 4 * s] = pack_e4m3x2(acc(4 * g0 + 2 * half), acc(4 * g0 + 2 * half + 1)) |
+                                      (pack_e4m3x2(acc(4 * g1 + 2 * half), acc(4 * g1 + 2 * half + 1)) << 16);
       }
     }
   }

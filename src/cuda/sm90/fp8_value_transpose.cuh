@@ -3,6 +3,10 @@
 // keys, so V must arrive with its keys contiguous: this kernel writes V (rows, heads_kv, head
 // dim, any strides) as V^T (batch, heads_kv, head dim, keys_padded), keys padded with zeros to a
 // multiple of 16 (TMA's 16-byte stride rule), into workspace the forward then reads by TMA.
+// Within each 16 keys, V^T's keys are in the order in which a thread's accumulator of S holds
+// them (transposed_value_key), so that P becomes the second wgmma's A operand without moving
+// between threads (fp8_probabilities.cuh); the order repeats every 16 keys from a sequence's
+// first, and every key block of the forward starts at a multiple of 16 keys.
 // Variable length: one packed key axis in which every sequence starts at a multiple of 16
 // (transposed_value_start): a TMA box whose start along the contiguous axis was not 16-byte
 // aligned stopped the kernel with an illegal instruction (H100, 2026-11-26).
@@ -20,6 +24,13 @@
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm90 {
+
+// Which key of its group of 16 V^T stores at position `slot` (0-15): slot 4u + i holds key 2u + (i & 1)
+// + 8 (i >> 1), the keys that quad lane u's accumulator of S holds, in its order (columns 2u, 2u + 1
+// of the first 8 keys, then of the second 8).
+CUTE_HOST_DEVICE constexpr int transposed_value_key(int slot) {
+  return 2 * (slot >> 2) + (slot & 1) + 8 * ((slot >> 1) & 1);
+}
 
 // Keys of a sequence's V^T rows (its row length in bytes): a multiple of 16.
 CUTE_HOST_DEVICE std::int64_t transposed_value_keys(std::int64_t rows) { return (rows + 15) / 16 * 16; }
@@ -79,13 +90,16 @@ __global__ void __launch_bounds__(256) transpose_value_kernel(const ValueTranspo
   for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(&tile[row][chunk + 4 * i]) = words[i];
   __syncthreads();
 
-  const int dim = dim0 + row;  // this thread writes keys key0 + chunk .. + 15 of head-dim row `dim`
+  const int dim = dim0 + row;  // this thread writes keys key0 + chunk .. + 15 (one group) of head-dim row `dim`
   if (dim >= a.head_dim || key0 + chunk >= keys_padded) return;
   std::uint32_t out[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    out[i] = std::uint32_t(tile[chunk + 4 * i][row]) | std::uint32_t(tile[chunk + 4 * i + 1][row]) << 8 |
-             std::uint32_t(tile[chunk + 4 * i + 2][row]) << 16 | std::uint32_t(tile[chunk + 4 * i + 3][row]) << 24;
+  for (int i = 0; i < 4; ++i) {
+    out[i] = 0;
+#pragma unroll
+    for (int byte = 0; byte < 4; ++byte)
+      out[i] |= std::uint32_t(tile[chunk + transposed_value_key(4 * i + byte)][row]) << (8 * byte);
+  }
   *reinterpret_cast<uint4*>(a.vt + ((std::int64_t(out_b) * a.heads + h) * a.head_dim + dim) * a.keys_padded +
                             out_key0 + key0 + chunk) = make_uint4(out[0], out[1], out[2], out[3]);
 }
