@@ -110,7 +110,8 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaBackend,
 
 // FP8: the table's cases that the e4m3 forward takes (no dropout or ALiBi, head dims that are
 // multiples of 16; the table's layouts are the same problem in other strides, drawn once), with
-// an f16 and a bf16 output, descale factors per (sequence, KV head) and per tensor. The bound on
+// an f16 and a bf16 output, descale factors per (sequence, KV head), per block of Q and K rows
+// (block quantization), and per tensor. The bound on
 // every element is derived from e4m3's precision in support/harness.hpp (check_forward_fp8).
 // Not the large-magnitude rows (inputs N(0, 30^2), logits near 1000): there the output missed
 // that bound by 1.1-4.3x (H100, 2026-11-26), while the LSE stayed within 2.1e-4. Suspected, not
@@ -161,27 +162,35 @@ TEST_P(CudaFp8, Forward) {
 
 INSTANTIATE_TEST_SUITE_P(Table, CudaFp8,
                          ::testing::Combine(::testing::ValuesIn(fp8_cases()), ::testing::Values(DType::bf16, DType::f16),
-                                            ::testing::Values(Fp8Scales::per_head, Fp8Scales::per_tensor)),
+                                            ::testing::Values(Fp8Scales::per_head, Fp8Scales::per_block,
+                                                              Fp8Scales::per_tensor)),
                          [](const ::testing::TestParamInfo<Fp8Param>& info) {
+                           const Fp8Scales scales = std::get<2>(info.param);
                            return std::get<0>(info.param).name + "_e4m3_to_" + to_string(std::get<1>(info.param)) +
-                                  (std::get<2>(info.param) == Fp8Scales::per_head ? "_per_head" : "_per_tensor");
+                                  (scales == Fp8Scales::per_head    ? "_per_head"
+                                   : scales == Fp8Scales::per_block ? "_per_block"
+                                                                    : "_per_tensor");
                          });
 
 // quantize_e4m3 (flashattn/fp8.hpp): the CUDA kernels give the CPU backend's bits (test_quantize.cpp
-// checks the CPU against float64), per head and per tensor, with and without the transform, at a
-// head dim of one element per lane (32), of several (128) and one that is no power of two (80).
+// checks the CPU against float64), per head, per tensor and per block (two blocks, the second
+// partial), with and without the transform, at a head dim of one element per lane (32), of several
+// (128) and one that is no power of two (80).
 TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937_64 rng(test_seed());
+  constexpr int kRows = kFp8ScaleBlockRows + 77;
   for (int d : {32, 80, 128}) {
-    for (int variant = 0; variant < 3; ++variant) {
-      const bool per_tensor = variant == 1, transform = variant != 0 && (d & (d - 1)) == 0;
-      host::HostTensor x(DType::bf16, {3, 77, 8, d}), signs(DType::f32, {d});
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool per_tensor = variant == 1, per_block = variant == 3, transform = variant == 2 && (d & (d - 1)) == 0;
+      host::HostTensor x(DType::bf16, {3, kRows, 8, d}), signs(DType::f32, {d});
       x.fill_normal(rng, 4.0f);
       for (int i = 0; i < d; ++i) signs.set(i, (rng() & 1) ? 1.0f : -1.0f);
       auto run = [&](DeviceKind device) {
         host::HostTensor out(DType::e4m3, x.shape()),
-            descale = per_tensor ? host::HostTensor(DType::f32, {1}) : host::HostTensor(DType::f32, {3, 4});
+            descale = per_tensor  ? host::HostTensor(DType::f32, {1})
+                      : per_block ? host::HostTensor(DType::f32, {3, 4, 2})
+                                  : host::HostTensor(DType::f32, {3, 4});
         out.poison();
         descale.poison();
         std::vector<host::DeviceBuffer> buffers;
@@ -197,6 +206,7 @@ TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
         if (transform) a.signs = view(signs);
         a.heads_kv = 4;
         a.per_tensor = per_tensor;
+        a.per_block = per_block;
         quantize_e4m3(a);
         if (device == DeviceKind::cuda) {
           host::device_synchronize();
@@ -206,8 +216,8 @@ TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
         return std::make_pair(std::move(out), std::move(descale));
       };
       const auto cpu = run(DeviceKind::cpu), gpu = run(DeviceKind::cuda);
-      SCOPED_TRACE("d " + std::to_string(d) + ", per tensor " + std::to_string(per_tensor) + ", transform " +
-                   std::to_string(transform));
+      SCOPED_TRACE("d " + std::to_string(d) + ", per tensor " + std::to_string(per_tensor) + ", per block " +
+                   std::to_string(per_block) + ", transform " + std::to_string(transform));
       EXPECT_EQ(std::memcmp(cpu.second.data(), gpu.second.data(), cpu.second.storage_bytes()), 0);
       EXPECT_EQ(std::memcmp(cpu.first.data(), gpu.first.data(), cpu.first.storage_bytes()), 0);
     }

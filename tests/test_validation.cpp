@@ -136,6 +136,7 @@ TEST(Validation, Fp8Inputs) {
                        ErrorKind::unsupported);
   expect_forward_error([](auto& c) { c.args.q_descale = c.args.lse; }, "q_descale", "go with e4m3 inputs");
   HostTensor descale{DType::f32, {2, 2}}, one{DType::f32, {1}}, wrong{DType::f32, {2, 4}};
+  HostTensor blocks{DType::f32, {2, 2, 1}}, too_many_blocks{DType::f32, {2, 2, 2}};  // seqlens 5 and 7: one block
   {
     ForwardCall c;
     e4m3_inputs(c, DeviceKind::cpu);
@@ -181,6 +182,16 @@ TEST(Validation, Fp8Inputs) {
     EXPECT_EQ(p.q_descale.batch_stride, 2);
     EXPECT_EQ(p.k_descale.batch_stride, 0);
     EXPECT_EQ(p.v_descale.data, nullptr);
+    EXPECT_FALSE(p.q_descale.blocked());
+  }
+  {  // block quantization: (batch, heads_kv, blocks of kFp8ScaleBlockRows rows) for q and k
+    ForwardCall c;
+    e4m3_inputs(c, DeviceKind::cuda);
+    c.args.q_descale = blocks.view(DeviceKind::cuda);
+    c.args.k_descale = blocks.view(DeviceKind::cuda);
+    const detail::ForwardProblem p = detail::make_forward_problem(c.args);
+    EXPECT_TRUE(p.q_descale.blocked());
+    EXPECT_EQ(p.k_descale.blocks, 1);
   }
   expect_cuda_error([](auto& c) { c.args.out.dtype = DType::f32; }, "out.dtype", "f16 or bf16", ErrorKind::invalid_type);
   expect_cuda_error([](auto& c) { c.args.dropout_p = 0.1f; }, "dropout_p", "no dropout", ErrorKind::unsupported);
@@ -190,6 +201,10 @@ TEST(Validation, Fp8Inputs) {
                     "(batch, heads_kv) = [2, 2]");
   expect_cuda_error([&](auto& c) { c.args.k_descale = descale.view(); }, "k_descale.device", "the device of q",
                     ErrorKind::invalid_type);
+  expect_cuda_error([&](auto& c) { c.args.k_descale = too_many_blocks.view(DeviceKind::cuda); }, "k_descale.shape",
+                    "(batch, heads_kv, blocks of 128 rows) = [2, 2, 1]");
+  expect_cuda_error([&](auto& c) { c.args.v_descale = blocks.view(DeviceKind::cuda); }, "v_descale",
+                    "V's factor scales the output once");
 #endif
 }
 

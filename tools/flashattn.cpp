@@ -1,7 +1,8 @@
 // The `flashattn` command line: run one workload, sweep a benchmark, print build info.
 //
 //   flashattn run --batch B --heads H [--heads-kv HKV] --seqlen N [--seqlen-k NK] --headdim D
-//                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P] [--dtype f16|bf16|f32|e4m3]
+//                 [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P]
+//                 [--dtype f16|bf16|f32|e4m3 [--fp8-blocks]]
 //                 [--backend auto|cpu|cuda] [--backward [--deterministic]] [--check-rows R] [--seed S]
 //                 [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]
 //   flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu] [--quick]
@@ -118,11 +119,11 @@ int run_kv_cache(const Args& args, const Shape& s, std::uint64_t seed) {
 }
 
 int run_command(int argc, char** argv) {
-  const std::vector<std::string> flags = {"causal", "backward", "deterministic", "kv-cache", "alibi"};
+  const std::vector<std::string> flags = {"causal", "backward", "deterministic", "kv-cache", "alibi", "fp8-blocks"};
   Args args(argc, argv, 2, flags);
   args.reject_unknown({"batch", "heads", "heads-kv", "seqlen", "seqlen-k", "headdim", "causal", "window", "softcap",
                        "alibi", "dropout", "dtype", "backend", "backward", "deterministic", "check-rows", "seed", "kv-cache",
-                       "page-size", "append", "rotary-dim"});
+                       "page-size", "append", "rotary-dim", "fp8-blocks"});
   if (!args.has("kv-cache") && (args.has("page-size") || args.has("append") || args.has("rotary-dim")))
     throw std::invalid_argument("--page-size, --append and --rotary-dim need --kv-cache");
   Shape s;
@@ -147,6 +148,8 @@ int run_command(int argc, char** argv) {
   if (s.deterministic && !args.has("backward")) throw std::invalid_argument("--deterministic needs --backward");
   s.device = parse_backend(args.get("backend", "auto"));
   s.dtype = parse_dtype(args.get("dtype", s.device == DeviceKind::cuda ? "bf16" : "f32"));
+  s.fp8_blocks = args.has("fp8-blocks");
+  if (s.fp8_blocks && s.dtype != DType::e4m3) throw std::invalid_argument("--fp8-blocks needs --dtype e4m3");
   const bool with_backward = args.has("backward");
   const int check_rows = args.integer("check-rows", 16);
   const std::uint64_t seed = args.has("seed") ? std::uint64_t(args.integer("seed", 0)) : std::random_device{}();
@@ -335,7 +338,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: flashattn run   [--batch B] [--heads H] [--heads-kv HKV] [--seqlen N] [--seqlen-k NK]\n"
                "                       [--headdim D] [--causal] [--window L,R] [--softcap C] [--alibi] [--dropout P]\n"
-               "                       [--dtype f16|bf16|f32|e4m3] [--backend auto|cpu|cuda] [--backward [--deterministic]]\n"
+               "                       [--dtype f16|bf16|f32|e4m3 [--fp8-blocks]] [--backend auto|cpu|cuda]\n"
+               "                       [--backward [--deterministic]]\n"
                "                       [--check-rows R] [--seed S]\n"
                "                       [--kv-cache [--page-size P] [--append N] [--rotary-dim R]]\n"
                "       flashattn bench [--backend auto|cpu|cuda] [--dtype ...] [--suite train|decode|cpu]\n"

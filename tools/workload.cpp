@@ -27,6 +27,7 @@ std::string Shape::describe() const {
   if (dropout > 0) s << " dropout=" << dropout;
   if (alibi) s << " alibi";
   if (deterministic) s << " deterministic";
+  if (fp8_blocks) s << " fp8-blocks";
   return s.str();
 }
 
@@ -45,11 +46,13 @@ double forward_flops(const Shape& s) {
 
 struct Workload::State {
   Shape shape;
-  HostTensor q, k, v, dout, out, lse, dq, dk, dv, slopes;
+  HostTensor q, k, v, dout, out, lse, dq, dk, dv, slopes, q_descale, k_descale;
   std::vector<DeviceBuffer> device;  // CUDA copies, in the order of tensors()
   std::uint64_t seed;
 
-  std::vector<HostTensor*> tensors() { return {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv, &slopes}; }
+  std::vector<HostTensor*> tensors() {
+    return {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv, &slopes, &q_descale, &k_descale};
+  }
   TensorView view(int i) {
     HostTensor* t = tensors()[i];
     return shape.device == DeviceKind::cuda ? t->view(DeviceKind::cuda, device[i].data()) : t->view();
@@ -84,6 +87,13 @@ Workload::Workload(const Shape& s, std::uint64_t seed) : state_(std::make_unique
   st.dk = HostTensor(out_dtype, {b, nk, hk, d});
   st.dv = HostTensor(out_dtype, {b, nk, hk, d});
   st.slopes = HostTensor(DType::f32, {h});
+  // Block quantization's factors, all 1 (the inputs are the draws rounded to e4m3): what the
+  // blocked path costs, with the same values as without factors.
+  auto blocks = [](std::int64_t rows) { return (rows + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows; };
+  st.q_descale = HostTensor(DType::f32, {b, hk, s.fp8_blocks ? blocks(n) : 1});
+  st.k_descale = HostTensor(DType::f32, {b, hk, s.fp8_blocks ? blocks(nk) : 1});
+  for (HostTensor* t : {&st.q_descale, &st.k_descale})
+    for (std::int64_t i = 0; i < t->numel(); ++i) t->set(i, 1.0f);
   for (std::int64_t i = 0; i < h; ++i) st.slopes.set(i, float(std::exp2(-8.0 * double(i + 1) / double(h))));
   std::uint64_t stream = seed * 4;
   for (HostTensor* t : {&st.q, &st.k, &st.v, &st.dout}) t->fill_normal_parallel(stream++);
@@ -103,6 +113,10 @@ void Workload::forward() {
   a.v = st.view(2);
   a.out = st.view(4);
   a.lse = st.view(5);
+  if (st.shape.fp8_blocks) {
+    a.q_descale = st.view(10);
+    a.k_descale = st.view(11);
+  }
   flashattn::forward(a);
 }
 

@@ -19,6 +19,7 @@ struct Shape {
   bool alibi = false;  // ALiBi with the standard geometric slopes 2^(-8k/heads), k = 1..heads
   bool deterministic = false;  // backward: the same bits on every run
   DType dtype = DType::bf16;
+  bool fp8_blocks = false;  // e4m3: q_descale and k_descale per block of rows (all 1), else none
   DeviceKind device = DeviceKind::cpu;
 
   int kv_heads() const { return heads_kv > 0 ? heads_kv : heads; }

@@ -22,6 +22,9 @@
 
 namespace flashattn {
 
+// Rows of Q or K that share one descale factor under block quantization (ForwardArgs, fp8.hpp).
+inline constexpr int kFp8ScaleBlockRows = 128;
+
 // Options shared by the forward and the backward pass.
 struct AttentionOptions {
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
@@ -87,6 +90,10 @@ struct ForwardArgs : AttentionOptions {
   // out f16 or bf16. Each stored value times its descale factor is the value it stands for:
   // float32 of shape (batch, heads_kv) (any strides; stride 0 repeats a factor) or (1,) for one
   // per tensor; absent: 1. q_descale[b, h] applies to every query head of KV head h.
+  // Block quantization (q_descale and k_descale only): (batch, heads_kv, blocks), one factor per
+  // block of kFp8ScaleBlockRows rows of each sequence (row i in block i / kFp8ScaleBlockRows),
+  // blocks = ceil(seqlen / kFp8ScaleBlockRows) (varlen: of max_seqlen; a sequence's blocks past its
+  // own rows are not read). v_descale has no blocks: V's factor multiplies the output once.
   TensorView q_descale, k_descale, v_descale;
 };
 

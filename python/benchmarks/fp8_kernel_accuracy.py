@@ -1,9 +1,10 @@
 """The FP8 forward's accuracy, measured on the kernel: RMSE of the output against float64 attention
 on flash-attn 3's outlier data (python/benchmarks/fp8_accuracy.py: outlier_normal), for the bf16
 kernel and for e4m3 inputs quantized by flashattn.fp8 with one scale per tensor, one per (sequence,
-KV head), and one per (sequence, KV head) after incoherent processing (the Hadamard transform with
-random signs on Q and K). Also quantize_e4m3's time (the library's kernels, CUDA events) at 16k
-tokens x hidden 2048, the same shapes as the speed table.
+KV head), one per block of 128 rows of Q and K (block quantization; V per (sequence, KV head)),
+and the last two after incoherent processing (the Hadamard transform with random signs on Q and
+K). Also quantize_e4m3's time (the library's kernels, CUDA events) at 16k tokens x hidden 2048,
+the same shapes as the speed table.
 
 Usage: python fp8_kernel_accuracy.py [--dim 128] [--seqlens 1024,4096,8192,16384] [--heads 4]
                                      [--causal] [--json PATH]
@@ -65,15 +66,19 @@ def main():
         ref = reference(q, k, v, args.causal)
         row = {"seqlen": n, "heads": h, "dim": d, "causal": args.causal}
         row["bf16"] = rmse(flash_attn_func(*(t.to(torch.bfloat16) for t in (q, k, v)), causal=args.causal), ref)
-        for name, per_tensor, transform in (("fp8_per_tensor", True, None), ("fp8_per_head", False, None),
-                                            ("fp8_per_head_hadamard", False, signs)):  # fmt: skip
+        for name, scales, transform in (("fp8_per_tensor", "tensor", None), ("fp8_per_head", "head", None),
+                                        ("fp8_per_block", "block", None), ("fp8_per_head_hadamard", "head", signs),
+                                        ("fp8_per_block_hadamard", "block", signs)):  # fmt: skip
             # The float64 draws in float32 (quantize_e4m3's widest input; e4m3 rounds far coarser).
-            (q8, qd), (k8, kd), (v8, vd) = (quantize_e4m3(q.float(), signs=transform, per_tensor=per_tensor),
-                                            quantize_e4m3(k.float(), signs=transform, per_tensor=per_tensor),
-                                            quantize_e4m3(v.float(), per_tensor=per_tensor))  # fmt: skip
+            per_tensor, per_block = scales == "tensor", scales == "block"
+            (q8, qd), (k8, kd), (v8, vd) = (
+                quantize_e4m3(q.float(), signs=transform, per_tensor=per_tensor, per_block=per_block),
+                quantize_e4m3(k.float(), signs=transform, per_tensor=per_tensor, per_block=per_block),
+                quantize_e4m3(v.float(), per_tensor=per_tensor))  # fmt: skip
             out = flash_attn_func(q8, k8, v8, causal=args.causal, q_descale=qd, k_descale=kd, v_descale=vd)
             row[name] = rmse(out, ref)
         row["per_tensor_over_per_head_hadamard"] = row["fp8_per_tensor"] / row["fp8_per_head_hadamard"]
+        row["per_tensor_over_per_block_hadamard"] = row["fp8_per_tensor"] / row["fp8_per_block_hadamard"]
         rows.append(row)
         print(json.dumps(row), flush=True)
         del q, k, v, ref
@@ -83,6 +88,7 @@ def main():
         "shape": list(x.shape),
         "quantize_ms": time_ms(lambda: quantize_e4m3(x)),
         "quantize_hadamard_ms": time_ms(lambda: quantize_e4m3(x, signs=signs)),
+        "quantize_per_block_hadamard_ms": time_ms(lambda: quantize_e4m3(x, signs=signs, per_block=True)),
     }
     print(json.dumps(timing), flush=True)
     if args.json:

@@ -129,7 +129,8 @@ i and key j gains -slope * |i + seqlen_k - seqlen_q - j| (after softcap); no gra
 sm_margin: CUDA, SMs that the persistent (Hopper) kernels leave free for kernels running beside
 them on other streams (a communication library's); 0 = none.
 FP8: q, k, v float8_e4m3fn (CUDA, Hopper; no dropout, ALiBi or pages), out f16 or bf16;
-q_descale, k_descale, v_descale: float32 (batch, heads_kv) or (1,), each stored value times its
+q_descale, k_descale, v_descale: float32 (batch, heads_kv) or (1,) (q and k also (batch, heads_kv,
+ceil(seqlen / 128)): block quantization), each stored value times its
 factor being the value it stands for; None = 1.
 block_table (batch, max_blocks) int32, packed calls only: k and v are paged, (num_blocks,
 page_size, heads_kv, head_dim), page_size a multiple of 16 from 16 to 512. seqused_k (batch,)
@@ -350,7 +351,7 @@ NB_MODULE(_C, m) {
   m.def(
       "quantize_e4m3",
       [](nb::handle x, nb::handle out, nb::handle descale, nb::handle signs, int heads_kv, bool per_tensor,
-         std::optional<std::uintptr_t> stream) {
+         bool per_block, std::optional<std::uintptr_t> stream) {
         TensorViews views;
         QuantizeArgs a;
         a.x = views.input(x, "x", kValueDTypes);
@@ -359,14 +360,16 @@ NB_MODULE(_C, m) {
         a.signs = views.input(signs, "signs", kLseDType);
         a.heads_kv = heads_kv;
         a.per_tensor = per_tensor;
+        a.per_block = per_block;
         a.stream = reinterpret_cast<void*>(stream ? *stream : current_stream(x, a.x));
         run(&flashattn::quantize_e4m3, a);
       },
       "x"_a, "out"_a, "descale"_a, nb::kw_only(), "signs"_a = nb::none(), "heads_kv"_a = 0, "per_tensor"_a = false,
-      "stream"_a = nb::none(),
-      "x (batch, seqlen, heads, head_dim) -> out (e4m3, caller-provided) and descale (float32 (batch, heads_kv), or "
-      "(1,) with per_tensor): out * descale stands for x, amax / 448 per slot. signs (float32 (head_dim,) of +-1): "
-      "first multiply by the random-sign Walsh-Hadamard transform (flashattn/fp8.hpp).");
+      "per_block"_a = false, "stream"_a = nb::none(),
+      "x (batch, seqlen, heads, head_dim) -> out (e4m3, caller-provided) and descale (float32 (batch, heads_kv); "
+      "(batch, heads_kv, ceil(seqlen / 128)) with per_block; (1,) with per_tensor): out * descale stands for x, "
+      "amax / 448 per slot. signs (float32 (head_dim,) of +-1): first multiply by the random-sign Walsh-Hadamard "
+      "transform (flashattn/fp8.hpp).");
 
   m.def("built_with_cuda", &flashattn::built_with_cuda, "Whether this build contains the CUDA backend.");
   m.def("cuda_available", &flashattn::cuda_available,

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flashattn  # noqa: E402
-from flashattn.fp8 import E4M3_MAX, hadamard_signs, quantize_e4m3  # noqa: E402
+from flashattn.fp8 import BLOCK_ROWS, E4M3_MAX, hadamard_signs, quantize_e4m3  # noqa: E402
 from flashattn.torch import flash_attn_func, flash_attn_varlen_func  # noqa: E402
 
 HOPPER = (
@@ -66,13 +66,16 @@ def test_incoherent_quantization(head_dim):
         hadamard_signs(80)
 
 
-@pytest.mark.parametrize("per_tensor", [False, True])
-def test_quantize_rounds_within_e4m3_precision(per_tensor):
-    x = normal((2, 9, 8, 32), 4) * 3
-    x8, descale = quantize_e4m3(x, heads_kv=2, per_tensor=per_tensor)
+@pytest.mark.parametrize("scales", ["per_head", "per_tensor", "per_block"])
+def test_quantize_rounds_within_e4m3_precision(scales):
+    x = normal((2, BLOCK_ROWS + 9, 8, 32), 4) * 3
+    x[1, BLOCK_ROWS + 3, 5, 7] = 300.0  # an outlier in the second block: only its factor follows it
+    x8, descale = quantize_e4m3(x, heads_kv=2, per_tensor=scales == "per_tensor", per_block=scales == "per_block")
     assert x8.dtype == torch.float8_e4m3fn and descale.dtype == torch.float32
-    assert descale.shape == ((1,) if per_tensor else (2, 2))
-    factor = descale.reshape(1, 1, 1, 1) if per_tensor else descale.repeat_interleave(4, dim=1)[:, None, :, None]
+    assert descale.shape == {"per_tensor": (1,), "per_head": (2, 2), "per_block": (2, 2, 2)}[scales]
+    if scales == "per_block":
+        assert descale[1, 1, 1] > 10 * descale[1, 1, 0]
+    factor = factors(descale, x.shape)
     back = x8.float() * factor
     normal_range = x.abs() >= 2.0**-6 * factor  # e4m3's normals: relative error <= 2^-4
     assert ((back - x).abs() <= 2.0**-4 * x.abs() + 1e-7)[normal_range].all()
@@ -95,10 +98,19 @@ def reference(q, k, v, causal, softmax_scale=None):
     return torch.einsum("bhqk,bkhd->bqhd", p, v), torch.einsum("bhqk,bkhd->bqhd", p, v.abs())
 
 
-def dequantized(x8, descale, heads):
+def factors(descale, shape):
+    """The factor of every element of a (batch, seqlen, heads, d) tensor, broadcastable to it."""
     if descale.numel() == 1:
-        return x8.double() * descale.double()
-    return x8.double() * descale.double().repeat_interleave(heads // descale.shape[1], dim=1)[:, None, :, None]
+        return descale.reshape(1, 1, 1, 1)
+    per_head = descale.repeat_interleave(shape[2] // descale.shape[1], dim=1)  # (batch, heads[, blocks])
+    if descale.dim() == 2:
+        return per_head[:, None, :, None]
+    rows = per_head.repeat_interleave(BLOCK_ROWS, dim=2)[:, :, : shape[1]]  # (batch, heads, seqlen)
+    return rows.permute(0, 2, 1)[..., None]
+
+
+def dequantized(x8, descale, heads):
+    return x8.double() * factors(descale.double(), x8.shape)
 
 
 def within_bound(out, q8, k8, v8, descales, causal):
@@ -116,11 +128,13 @@ def within_bound(out, q8, k8, v8, descales, causal):
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("per_tensor", [False, True])
-def test_fp8_forward_matches_float64(causal, head_dim, per_tensor):
+@pytest.mark.parametrize("scales", ["per_head", "per_tensor", "per_block"])
+def test_fp8_forward_matches_float64(causal, head_dim, scales):
     q, k, v = normal((2, 333, 8, head_dim), 5, "cuda"), normal((2, 300, 2, head_dim), 6, "cuda"), normal((2, 300, 2, head_dim), 7, "cuda")
-    (q8, qd), (k8, kd), (v8, vd) = (quantize_e4m3(q, heads_kv=2, per_tensor=per_tensor),
-                                    quantize_e4m3(k, per_tensor=per_tensor), quantize_e4m3(v, per_tensor=per_tensor))
+    per_tensor, per_block = scales == "per_tensor", scales == "per_block"  # V: no blocks
+    (q8, qd), (k8, kd), (v8, vd) = (quantize_e4m3(q, heads_kv=2, per_tensor=per_tensor, per_block=per_block),
+                                    quantize_e4m3(k, per_tensor=per_tensor, per_block=per_block),
+                                    quantize_e4m3(v, per_tensor=per_tensor))
     out, lse, _ = flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
                                   return_attn_probs=True)
     assert out.dtype == torch.bfloat16 and lse.shape == (2, 8, 333)
@@ -149,13 +163,41 @@ def test_fp8_varlen_and_incoherent_processing():
         assert ((out[None, rows].double() - ref).abs() <= bound).all(), (start, n)
 
 
+@needs_hopper
+def test_fp8_varlen_per_block():
+    """Block quantization of packed sequences: each sequence quantized on its own, its blocks
+    counted from its first row, in a (batch, heads_kv, blocks of the longest) descale."""
+    lens, starts = [100, 1, 257], [0, 100, 101]
+    cu = torch.tensor([0, 100, 101, 358], dtype=torch.int32, device="cuda")
+    q, k, v = (normal((358, 4, 128), s, "cuda") for s in (17, 18, 19))
+    blocks = (max(lens) + BLOCK_ROWS - 1) // BLOCK_ROWS
+    q8, k8 = torch.empty_like(q, dtype=torch.float8_e4m3fn), torch.empty_like(k, dtype=torch.float8_e4m3fn)
+    qd, kd = (torch.full((3, 4, blocks), float("nan"), device="cuda") for _ in range(2))  # unused blocks: NaN
+    for b, (start, n) in enumerate(zip(starts, lens)):
+        for x, x8, d in ((q, q8, qd), (k, k8, kd)):
+            part8, part_d = quantize_e4m3(x[None, start : start + n], per_block=True)
+            x8[start : start + n], d[b, :, : part_d.shape[2]] = part8[0], part_d[0]
+    v8, vd = quantize_e4m3(v[None], per_tensor=True)
+    out = flash_attn_varlen_func(q8, k8, v8[0], cu, cu, max(lens), max(lens), causal=True,
+                                 q_descale=qd, k_descale=kd, v_descale=vd)
+    for b, (start, n) in enumerate(zip(starts, lens)):
+        rows = slice(start, start + n)
+        qf, kf = (dequantized(x8[None, rows], d[b : b + 1, :, : (n + BLOCK_ROWS - 1) // BLOCK_ROWS], 4)
+                  for x8, d in ((q8, qd), (k8, kd)))
+        ref, weight = reference(qf, kf, v8[:, rows].double() * vd.double(), True)
+        bound = (2.0**-4 + 1e-3) * weight + 2.0**-8 * ref.abs()
+        assert ((out[None, rows].double() - ref).abs() <= bound).all(), (start, n)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or not flashattn.built_with_cuda(), reason="needs a CUDA build and GPU")
-@pytest.mark.parametrize("per_tensor,transform", [(False, False), (True, True), (False, True)])
-def test_quantize_gives_the_same_bits_on_cpu_and_cuda(per_tensor, transform):
-    x = (normal((3, 77, 8, 128), 16) * 5).to(torch.bfloat16)
+@pytest.mark.parametrize("per_tensor,per_block,transform",
+                         [(False, False, False), (True, False, True), (False, False, True), (False, True, True)])
+def test_quantize_gives_the_same_bits_on_cpu_and_cuda(per_tensor, per_block, transform):
+    x = (normal((3, 277, 8, 128), 16) * 5).to(torch.bfloat16)
     signs = hadamard_signs(128, seed=2) if transform else None
-    cpu = quantize_e4m3(x, heads_kv=2, signs=signs, per_tensor=per_tensor)
-    gpu = quantize_e4m3(x.cuda(), heads_kv=2, signs=None if signs is None else signs.cuda(), per_tensor=per_tensor)
+    cpu = quantize_e4m3(x, heads_kv=2, signs=signs, per_tensor=per_tensor, per_block=per_block)
+    gpu = quantize_e4m3(x.cuda(), heads_kv=2, signs=None if signs is None else signs.cuda(), per_tensor=per_tensor,
+                        per_block=per_block)
     assert torch.equal(cpu[1], gpu[1].cpu())
     assert torch.equal(cpu[0].view(torch.uint8), gpu[0].cpu().view(torch.uint8))
 

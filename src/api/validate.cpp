@@ -1,5 +1,6 @@
 #include "api/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -342,21 +343,32 @@ RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, co
   return {static_cast<float*>(lse.data), lse.stride[0], lse.stride[1]};
 }
 
-// An FP8 descale factor: none, (1,) or (batch, heads_kv), float32, on q's device.
-Descale check_descale(const char* name, const TensorView& t, const Layout& L, const TensorView& q) {
+// An FP8 descale factor: none, (1,), (batch, heads_kv) or, for q and k (rows: seqlen_q or
+// seqlen_k; -1 for v), (batch, heads_kv, ceil(rows / kFp8ScaleBlockRows)) for block quantization;
+// float32, on q's device.
+Descale check_descale(const char* name, const TensorView& t, const Layout& L, const TensorView& q, int rows) {
   if (!t.present()) return {};
   if (q.dtype != DType::e4m3) fail(name, "none (descale factors go with e4m3 inputs)", "a tensor");
+  const int blocks = (std::max(rows, 0) + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows;
   if (t.rank == 1) {
     check_tensor(name, t, 1);
     check_shape(name, t, {1}, "one factor per tensor:");
+  } else if (t.rank == 3 && rows >= 0) {
+    check_tensor(name, t, 3);
+    const std::string what = "(batch, heads_kv, blocks of " + std::to_string(kFp8ScaleBlockRows) + " rows) =";
+    check_shape(name, t, {L.batch, L.heads_kv, blocks}, what.c_str());
   } else {
+    if (t.rank == 3)
+      fail(name, "(batch, heads_kv) or (1,): V's factor scales the output once, so it has no blocks",
+           shape_string(t));
     check_tensor(name, t, 2);
     check_shape(name, t, {L.batch, L.heads_kv}, "(batch, heads_kv) =");
   }
   check_dtype(name, t, DType::f32);
   check_same_placement(name, t, q);
   if (t.rank == 1) return {static_cast<const float*>(t.data), 0, 0};
-  return {static_cast<const float*>(t.data), t.stride[0], t.stride[1]};
+  if (t.rank == 2) return {static_cast<const float*>(t.data), t.stride[0], t.stride[1]};
+  return {static_cast<const float*>(t.data), t.stride[0], t.stride[1], blocks, t.stride[2]};
 }
 
 // out: q's shape, and q's dtype, or f16 / bf16 for e4m3 inputs.
@@ -378,9 +390,9 @@ ForwardProblem make_forward_problem(const ForwardArgs& a) {
   ForwardProblem p;
   fill_problem(p, a, L, a.q, a.k, a.v);
   p.out_dtype = a.out.dtype;
-  p.q_descale = check_descale("q_descale", a.q_descale, L, a.q);
-  p.k_descale = check_descale("k_descale", a.k_descale, L, a.q);
-  p.v_descale = check_descale("v_descale", a.v_descale, L, a.q);
+  p.q_descale = check_descale("q_descale", a.q_descale, L, a.q, L.seqlen_q);
+  p.k_descale = check_descale("k_descale", a.k_descale, L, a.q, L.seqlen_k);
+  p.v_descale = check_descale("v_descale", a.v_descale, L, a.q, -1);
   p.out = seq_tensor(a.out, L.varlen);
   if (a.lse.present()) p.lse = check_lse("lse", a.lse, L, a.q);
   return p;
@@ -415,17 +427,27 @@ QuantizeProblem make_quantize_problem(const QuantizeArgs& a) {
   const int heads_kv = a.heads_kv == 0 ? p.heads : a.heads_kv;
   if (heads_kv < 1 || p.heads % heads_kv != 0)
     fail("heads_kv", "a divisor of x's heads (" + std::to_string(p.heads) + "), or 0", std::to_string(a.heads_kv));
+  if (a.per_tensor && a.per_block) fail("per_block", "false with per_tensor (one factor or one per block)", "true");
   p.per_tensor = a.per_tensor;
   p.slots_per_sequence = heads_kv;
-  check_tensor("descale", a.descale, a.per_tensor ? 1 : 2);
+  p.blocks = a.per_block ? (p.seqlen + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows : 1;
+  check_tensor("descale", a.descale, a.per_tensor ? 1 : a.per_block ? 3 : 2);
   check_dtype("descale", a.descale, DType::f32);
   check_same_placement("descale", a.descale, a.x);
-  if (a.per_tensor)
+  if (a.per_tensor) {
     check_shape("descale", a.descale, {1}, "one factor per tensor:");
-  else
-    check_shape("descale", a.descale, {p.batch, heads_kv}, "(batch, heads_kv) =");
-  if (!a.per_tensor && a.descale.shape[1] > 1 && a.descale.stride[0] != heads_kv)
-    fail("descale.stride[0]", std::to_string(heads_kv) + " (contiguous)", std::to_string(a.descale.stride[0]));
+  } else if (a.per_block) {
+    const std::string what = "(batch, heads_kv, blocks of " + std::to_string(kFp8ScaleBlockRows) + " rows) =";
+    check_shape("descale", a.descale, {p.batch, heads_kv, p.blocks}, what.c_str());
+    if (p.blocks > 1 && a.descale.stride[2] != 1)
+      fail("descale.stride[2]", "1 (the blocks contiguous)", std::to_string(a.descale.stride[2]));
+  } else if (heads_kv > 1 && a.descale.stride[1] != 1) {
+    fail("descale.stride[1]", "1 (the KV heads contiguous)", std::to_string(a.descale.stride[1]));
+  }
+  if (!a.per_tensor) {
+    p.descale_batch_stride = a.descale.stride[0];
+    p.descale_head_stride = a.per_block || heads_kv > 1 ? a.descale.stride[1] : 0;
+  }
   if (a.signs.present()) {
     check_tensor("signs", a.signs, 1);
     check_dtype("signs", a.signs, DType::f32);

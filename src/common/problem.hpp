@@ -7,6 +7,7 @@
 #include "common/host_device.hpp"
 #include "common/kv_layout.hpp"
 #include "common/philox.hpp"
+#include "flashattn/attention.hpp"
 #include "flashattn/tensor.hpp"
 
 namespace flashattn::detail {
@@ -77,8 +78,18 @@ struct Descale {
   const float* data = nullptr;
   std::int64_t batch_stride = 0;
   std::int64_t head_stride = 0;
+  // Block quantization: blocks > 0 factors along a third axis, one per kFp8ScaleBlockRows rows.
+  int blocks = 0;
+  std::int64_t block_stride = 0;
 
-  FA_HOST_DEVICE float at(int b, int h) const { return data ? data[b * batch_stride + h * head_stride] : 1.f; }
+  FA_HOST_DEVICE bool blocked() const { return blocks > 0; }
+  // The factor of (b, h); blocked: of the block holding `row` (rows past the last block, which
+  // only padding of a tile reaches, take the last block's).
+  FA_HOST_DEVICE float at(int b, int h, int row = 0) const {
+    if (!data) return 1.f;
+    const int block = blocks > 0 ? (row / kFp8ScaleBlockRows < blocks ? row / kFp8ScaleBlockRows : blocks - 1) : 0;
+    return data[b * batch_stride + h * head_stride + block * block_stride];
+  }
 };
 
 struct ForwardProblem : Problem {

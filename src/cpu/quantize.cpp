@@ -37,15 +37,16 @@ void quantize_e4m3(const detail::QuantizeProblem& p) {
     for (int s = 0; s < p.seqlen; ++s)
       for (int h = 0; h < p.heads; ++h) {
         load_row(p, b, s, h, row);
-        float& m = amax[std::size_t(p.slot(b, h))];
+        float& m = amax[std::size_t(p.slot(b, s, h))];
         for (float v : row) m = std::max(m, std::fabs(v));
       }
-  for (int i = 0; i < p.slots(); ++i) p.descale[i] = std::max(amax[std::size_t(i)] / detail::kE4m3Max, detail::kMinDescale);
+  for (int i = 0; i < p.slots(); ++i)
+    p.descale[p.descale_offset(i)] = std::max(amax[std::size_t(i)] / detail::kE4m3Max, detail::kMinDescale);
   for (int b = 0; b < p.batch; ++b)
     for (int s = 0; s < p.seqlen; ++s)
       for (int h = 0; h < p.heads; ++h) {
         load_row(p, b, s, h, row);
-        const float descale = p.descale[p.slot(b, h)];
+        const float descale = p.descale[p.descale_offset(p.slot(b, s, h))];
         std::uint8_t* out = p.out + b * p.out_batch_stride + s * p.out_seq_stride + h * p.out_head_stride;
         for (int d = 0; d < p.head_dim; ++d) out[d] = detail::float_to_e4m3(row[d] / descale);
       }

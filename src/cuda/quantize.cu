@@ -1,10 +1,10 @@
 // quantize_e4m3 on CUDA (flashattn/fp8.hpp): one warp per row (b, s, h) of x, each lane holding
 // ceil(head_dim / 32) consecutive elements. Two passes: the maxima of each descale slot (a CTA
-// per (b, h) and 64 rows, one atomicMax per CTA), then the values, which every CTA recomputes and
-// divides by its slot's factor. The operations and their order are the CPU backend's
-// (cpu/quantize.cpp), with IEEE-rounded intrinsics so that fast math changes nothing, and the
-// same rounding to e4m3 (common/numeric.hpp, no sm_89 instruction: every GPU): both give the
-// same bits.
+// per (b, h) and 64 rows, which lie in one block of kFp8ScaleBlockRows, one atomicMax per CTA),
+// then the values, which every CTA recomputes and divides by its slot's factor. The operations
+// and their order are the CPU backend's (cpu/quantize.cpp), with IEEE-rounded intrinsics so that
+// fast math changes nothing, and the same rounding to e4m3 (common/numeric.hpp, no sm_89
+// instruction: every GPU): both give the same bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const detail::QuantizePr
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-    atomicMax(amax + p.slot(b, h), __float_as_uint(m));
+    atomicMax(amax + p.slot(b, blockIdx.x * kRowsPerCta, h), __float_as_uint(m));
   }
 }
 
@@ -97,13 +97,16 @@ __device__ float slot_descale(const unsigned* amax, int slot) {
   return fmaxf(__fdiv_rn(__uint_as_float(amax[slot]), detail::kE4m3Max), detail::kMinDescale);
 }
 
-// Same grid: the values, and (first chunk of each (b, h)) the slot's factor.
+// Same grid: the values, and (first chunk of each slot's rows of (b, h)) the slot's factor.
 template <int kPerLane>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(const detail::QuantizeProblem p, const unsigned* amax) {
   const int b = blockIdx.y / p.heads, h = blockIdx.y % p.heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float descale = slot_descale(amax, p.slot(b, h));
-  if (blockIdx.x == 0 && threadIdx.x == 0) p.descale[p.slot(b, h)] = descale;  // the same value from every h of the slot
+  const int slot = p.slot(b, blockIdx.x * kRowsPerCta, h);
+  const float descale = slot_descale(amax, slot);
+  const bool first_chunk_of_slot = p.blocks > 1 ? (blockIdx.x * kRowsPerCta) % kFp8ScaleBlockRows == 0 : blockIdx.x == 0;
+  if (first_chunk_of_slot && threadIdx.x == 0)
+    p.descale[p.descale_offset(slot)] = descale;  // the same value from every h of the slot
   for (int s = blockIdx.x * kRowsPerCta + warp; s < min(p.seqlen, (blockIdx.x + 1) * kRowsPerCta); s += kThreads / 32) {
     float v[kPerLane];
     load_row<kPerLane>(p, b, s, h, lane, v);
@@ -133,7 +136,8 @@ void launch(const detail::QuantizeProblem& p, unsigned* amax, cudaStream_t strea
 }  // namespace
 
 void quantize_e4m3(const detail::QuantizeProblem& p) {
-  if (p.batch == 0 || p.heads == 0) return;
+  static_assert(kFp8ScaleBlockRows % kRowsPerCta == 0, "a CTA's rows lie in one block");
+  if (p.batch == 0 || p.heads == 0 || p.slots() == 0) return;
   int previous = 0;
   FA_CUDA_CHECK(cudaGetDevice(&previous));
   if (previous != p.device_index) FA_CUDA_CHECK(cudaSetDevice(p.device_index));

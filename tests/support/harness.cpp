@@ -1,5 +1,6 @@
 #include "harness.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -298,15 +299,24 @@ std::string Fp8ForwardCheck::describe() const {
 namespace {
 // x (f32, (batch, seq, heads, dim) or packed (total, heads, dim) over sequences of lengths `lens`)
 // -> e4m3 by the library's quantize_e4m3 (CPU; checked against float64 in test_quantize.cpp), with
-// one descale factor per (sequence, group of `group` heads: a KV head), or one for the whole
-// tensor. Writes the factors ((sequences, heads / group), or (1,)) and returns x dequantized: the
-// values the kernel's inputs stand for.
+// one descale factor per (sequence, group of `group` heads: a KV head), per (sequence, KV head,
+// block of kFp8ScaleBlockRows rows), or one for the whole tensor. Writes the factors ((sequences,
+// heads / group), (sequences, heads / group, blocks of the longest sequence), or (1,); a shorter
+// sequence's unused blocks stay poisoned, which the kernel must not read for a visible key) and
+// returns x dequantized: the values the kernel's inputs stand for.
 HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int group, Fp8Scales scales,
                          HostTensor& e4m3, HostTensor& descale) {
   const bool varlen = x.shape().size() == 3, per_tensor = scales == Fp8Scales::per_tensor;
-  const std::int64_t heads = x.shape()[x.shape().size() - 2], d = x.shape().back();
+  const bool per_block = scales == Fp8Scales::per_block;
+  const std::int64_t heads = x.shape()[x.shape().size() - 2], d = x.shape().back(), slots = heads / group;
   const std::int64_t sequences = varlen ? std::int64_t(lens.size()) : x.shape()[0];
-  descale = per_tensor ? HostTensor(DType::f32, {1}) : HostTensor(DType::f32, {sequences, heads / group});
+  const std::int64_t longest = varlen ? (lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end())) : x.shape()[1];
+  auto blocks_of = [](std::int64_t rows) { return (rows + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows; };
+  const std::int64_t blocks = blocks_of(longest);
+  descale = per_tensor  ? HostTensor(DType::f32, {1})
+            : per_block ? HostTensor(DType::f32, {sequences, slots, blocks})
+                        : HostTensor(DType::f32, {sequences, slots});
+  descale.poison();
   e4m3 = HostTensor(DType::e4m3, x.shape());
   // The packed tensor seen as (1, rows, heads, dim) from row `first`; a fixed batch as it is.
   auto view = [&](HostTensor& t, std::int64_t first, std::int64_t rows) {
@@ -320,8 +330,9 @@ HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int 
     a.x = view(const_cast<HostTensor&>(x), first, rows);
     a.out = view(e4m3, first, rows);
     a.descale = factors;
-    a.heads_kv = int(heads / group);
+    a.heads_kv = int(slots);
     a.per_tensor = per_tensor;
+    a.per_block = per_block;
     flashattn::quantize_e4m3(a);
   };
   if (!varlen || per_tensor) {
@@ -329,21 +340,29 @@ HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int 
   } else {  // one call per sequence, each writing its row of factors
     std::int64_t first = 0;
     for (std::int64_t b = 0; b < sequences; ++b) {
-      const std::int64_t slots = heads / group;
+      float* row = static_cast<float*>(descale.data()) + b * slots * (per_block ? blocks : 1);
       quantize(first, lens[b],
-               TensorView::strided(static_cast<float*>(descale.data()) + b * slots, DType::f32, {1, slots}, {slots, 1},
-                                   DeviceKind::cpu));
+               per_block ? TensorView::strided(row, DType::f32, {1, slots, blocks_of(lens[b])},
+                                               {slots * blocks, blocks, 1}, DeviceKind::cpu)
+                         : TensorView::strided(row, DType::f32, {1, slots}, {slots, 1}, DeviceKind::cpu));
       first += lens[b];
     }
   }
   HostTensor dequantized(DType::f32, x.shape());
   const std::int64_t row_elems = heads * d;
-  std::vector<std::int64_t> sequence_of_row;  // packed rows -> sequence
-  for (std::int64_t b = 0; b < std::int64_t(lens.size()); ++b) sequence_of_row.insert(sequence_of_row.end(), lens[b], b);
+  std::vector<std::int64_t> sequence_of_row, first_row(lens.size(), 0);  // packed rows -> sequence, its first
+  for (std::int64_t b = 0; b < std::int64_t(lens.size()); ++b) {
+    first_row[std::size_t(b)] = std::int64_t(sequence_of_row.size());
+    sequence_of_row.insert(sequence_of_row.end(), lens[b], b);
+  }
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     const std::int64_t row = i / row_elems, head = (i / d) % heads;
     const std::int64_t sequence = varlen ? sequence_of_row[std::size_t(row)] : row / x.shape()[1];
-    dequantized.set(i, e4m3.get(i) * descale.get(per_tensor ? 0 : sequence * (heads / group) + head / group));
+    const std::int64_t row_in_sequence = varlen ? row - first_row[std::size_t(sequence)] : row % x.shape()[1];
+    const std::int64_t factor = per_tensor  ? 0
+                                : per_block ? (sequence * slots + head / group) * blocks + row_in_sequence / kFp8ScaleBlockRows
+                                            : sequence * slots + head / group;
+    dequantized.set(i, e4m3.get(i) * descale.get(factor));
   }
   return dequantized;
 }
@@ -360,9 +379,11 @@ Fp8ForwardCheck check_forward_fp8(const Case& c, DType out_dtype, Fp8Scales scal
   for (HostTensor* t : {&q, &k, &v}) t->fill_normal(rng, c.magnitude);
   const int group = c.heads_q / c.heads_kv;
   HostTensor q8, k8, v8, q_descale, k_descale, v_descale;
+  // V has no blocks: its factor scales the output once (flashattn/attention.hpp).
+  const Fp8Scales v_scales = scales == Fp8Scales::per_block ? Fp8Scales::per_head : scales;
   const HostTensor qf = quantize_e4m3(q, c.lens_q, group, scales, q8, q_descale);
   const HostTensor kf = quantize_e4m3(k, c.lens_k, 1, scales, k8, k_descale);
-  const HostTensor vf = quantize_e4m3(v, c.lens_k, 1, scales, v8, v_descale);
+  const HostTensor vf = quantize_e4m3(v, c.lens_k, 1, v_scales, v8, v_descale);
   HostTensor out = make_operand(plain, out_dtype, c.seqlen_q, c.heads_q, c.lens_q);
   HostTensor lse = make_lse(c);
   out.poison();

@@ -46,7 +46,8 @@ std::vector<bool> dropout_kept_entries(const Case& c, DType dtype, DeviceKind de
                                        bool reference = false);
 
 // FP8 (e4m3 inputs, CUDA on Hopper): the case's inputs drawn as for check_forward, quantized to e4m3
-// with descale factors (one per (sequence, KV head), or one per tensor: amax / 448), run with an
+// with descale factors (one per (sequence, KV head); per block of kFp8ScaleBlockRows rows of Q and
+// K, V per (sequence, KV head); or one per tensor: amax / 448), run with an
 // f16 or bf16 output, and compared with the float64 reference on the dequantized inputs. Every
 // output element must lie within
 //   (2^-4 + 1e-3) * A + u * |ref|,
@@ -61,7 +62,7 @@ struct Fp8ForwardCheck {
   bool masked_rows_ok = true;
   std::string describe() const;
 };
-enum class Fp8Scales { per_tensor, per_head };
+enum class Fp8Scales { per_tensor, per_head, per_block };
 Fp8ForwardCheck check_forward_fp8(const Case& c, DType out_dtype, Fp8Scales scales, std::uint64_t seed);
 
 // Runs the backward twice on identical inputs; true if dq, dk, dv are bit-identical.

@@ -44,6 +44,8 @@ FP8: flash_attn_func and flash_attn_varlen_func take torch.float8_e4m3fn q, k, v
 (inference: no gradient, dropout, ALiBi or pages) with flash-attn 3's descale factors q_descale,
 k_descale, v_descale (float32 (batch, nheads_k), or (1,) for one per tensor; None = 1: each stored
 value times its factor is the value it stands for) and return a bfloat16 output, as flash-attn 3.
+q_descale and k_descale may also be (batch, nheads_k, ceil(seqlen / 128)), one factor per block of
+128 rows of each sequence (block quantization: flashattn.fp8.quantize_e4m3(per_block=True)).
 
 Dropout together with softcap raises NotImplementedError on CUDA tensors (as flash-attn). As in
 flash-attn, no gradient flows through softmax_lse.
@@ -538,7 +540,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return_attn_probs=True; softmax_lse is float32 (batch, nheads, seqlen_q); S_dmask is None
     without dropout, else the probabilities with dropped entries negated (module docstring).
     q, k, v float8_e4m3fn (Hopper, inference): q_descale, k_descale, v_descale float32 (batch,
-    nheads_k) or (1,), None = 1; out is bfloat16 (module docstring).
+    nheads_k) or (1,), None = 1 (q_descale, k_descale also per block of 128 rows); out is bfloat16
+    (module docstring).
     """
     out, lse, rng_state = _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size,
                                      softcap, alibi_slopes, deterministic, return_attn_probs,
@@ -565,7 +568,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Returns out (total_q, nheads, headdim), or (out, softmax_lse, S_dmask) with
     return_attn_probs=True; softmax_lse is float32 (nheads, total_q); S_dmask (dropout only) is
     (batch, nheads, max_seqlen_q rounded up to 128, max_seqlen_k rounded up to 128). Other
-    arguments as flash_attn_func (the descale factors too: (batch, nheads_k) per sequence).
+    arguments as flash_attn_func (the descale factors too: (batch, nheads_k) per sequence, blocks
+    counted from each sequence's start and up to ceil(max_seqlen / 128)).
     """
     out, lse, rng_state = _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,

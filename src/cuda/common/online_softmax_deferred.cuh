@@ -19,6 +19,11 @@
 // kProbLog2Shift > 0 (the FP8 forward): probabilities are 2^shift times larger, exp2(x - max +
 // shift), so that an e4m3 P keeps its small entries out of the subnormal range; the row sums
 // carry the same factor, so the normalized output does not change, and the LSE subtracts it.
+//
+// step() may take one positive factor per group of consecutive columns (the FP8 forward's K
+// factors under block quantization, sm90/fp8_key_scales.cuh): the scores count as multiplied by
+// them, at no instruction per score: a group's max is taken on the raw scores and then scaled,
+// and the factor joins the exponent's FFMA multiplier.
 #include <cute/tensor.hpp>
 
 #include "cuda/common/fast_exp2.cuh"
@@ -55,15 +60,39 @@ class DeferredOnlineSoftmax {
   // scores: (kRows, cols) logits of one key tile, replaced by unnormalized probabilities.
   template <bool kFirst, class Scores>
   CUTE_DEVICE Correction step(Scores& scores) {
+    const float one[1] = {1.f};
+    return step<kFirst>(scores, one);
+  }
+
+  // The same with the scores of column group g (cols / kGroups consecutive columns) multiplied by
+  // group_factor[g] > 0.
+  template <bool kFirst, class Scores, int kGroups>
+  CUTE_DEVICE Correction step(Scores& scores, const float (&group_factor)[kGroups]) {
     using namespace cute;
     static_assert(decltype(size<0>(scores))::value == kRows);
+    constexpr int kCols = decltype(size<1>(scores))::value, kGroupCols = kCols / kGroups;
+    static_assert(kCols % kGroups == 0);
+    float group_scale_log2[kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) group_scale_log2[g] = scale_log2_ * group_factor[g];
     Correction corr;
     bool moved = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float tile_max = -INFINITY;
+      if constexpr (kGroups == 1) {  // the plain step: one chain (a factor of 1 compiles away)
 #pragma unroll
-      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
+        for (int c = 0; c < kCols; ++c) tile_max = fmaxf(tile_max, scores(r, c));
+        tile_max *= group_factor[0];
+      } else {
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          float group_max = -INFINITY;
+#pragma unroll
+          for (int c = g * kGroupCols; c < (g + 1) * kGroupCols; ++c) group_max = fmaxf(group_max, scores(r, c));
+          tile_max = fmaxf(tile_max, group_max * group_factor[g]);
+        }
+      }
       tile_max = lane_group_allreduce<4>(tile_max, MaxOp{});
       float new_max = fmaxf(row_max_[r], tile_max);
       if constexpr (kLazyRescale) {
@@ -78,8 +107,8 @@ class DeferredOnlineSoftmax {
       float sum = 0.f;
       const float shifted_offset = offset - float(kProbLog2Shift);
 #pragma unroll
-      for (int c = 0; c < size<1>(scores); ++c) {
-        const float x = fmaf(scores(r, c), scale_log2_, -shifted_offset);
+      for (int c = 0; c < kCols; ++c) {
+        const float x = fmaf(scores(r, c), group_scale_log2[c / kGroupCols], -shifted_offset);
         float p;
         if constexpr (kPolyEvery > 0)
           p = c % kPolyEvery == kPolyEvery - 1 ? exp2_poly(x) : exp2_sfu(x);

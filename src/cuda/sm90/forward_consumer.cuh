@@ -5,7 +5,8 @@
 // drawn while its S = Q K^T runs (forward_dropout.cuh), and the dropped entries of P are zeroed
 // after its softmax step (the row sums and the LSE stay undropped); O is scaled by 1 / (1 - p)
 // before the epilogue. FP8 (Traits::kFp8): the tile's descale factors fold into its score scale and
-// its output, and P becomes an e4m3 operand (fp8_probabilities.cuh).
+// its output (K's per 64-key chunk under block quantization, in the softmax step:
+// fp8_key_scales.cuh), and P becomes an e4m3 operand (fp8_probabilities.cuh).
 //
 // Two overlaps hide the softmax under tensor-core work:
 //  - intra-warpgroup: QK^T of key block j - 1 is issued before the softmax of block j is
@@ -26,6 +27,7 @@
 #include "cuda/common/alibi.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/forward_dropout.cuh"
+#include "cuda/sm90/fp8_key_scales.cuh"
 #include "cuda/sm90/fp8_probabilities.cuh"
 #include "cuda/sm90/forward_epilogue.cuh"
 #include "cuda/sm90/forward_params.cuh"
@@ -146,8 +148,11 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // counter takes (b * heads_q + h); passed below as b with heads_q 1 and h 0).
     [[maybe_unused]] int tile_row0 = 0, tile_batch_head = 0;
     // FP8: Q's times K's descale factor, which scales the raw q.k (the tanh argument under softcap,
-    // else the logits: logit_descale), and V's (output), for the tile's (batch, KV head).
+    // else the logits: logit_descale), and V's (output), for the tile's (batch, KV head). Under
+    // block quantization Q's factor is the tile's block's, and K's varies along the keys: it is
+    // taken per 64-key chunk (read_key_factors), not into the tile's.
     [[maybe_unused]] float tile_qk_descale = 1.f, tile_logit_descale = 1.f, tile_v_descale = 1.f;
+    [[maybe_unused]] int tile_batch = 0, tile_head_kv = 0, tile_last_key = 0;
     {
       TileWork const& w = slot.work;
       if constexpr (kDropout) {
@@ -165,8 +170,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       }
       blocks = w.key_blocks;
       if constexpr (Traits::kFp8) {
+        static_assert(kFp8ScaleBlockRows % Traits::kBlockM == 0, "a tile's rows lie in one block of Q's factors");
         const int head_kv = w.coord.head / p.group;
-        tile_qk_descale = p.q_descale.at(w.coord.batch, head_kv) * p.k_descale.at(w.coord.batch, head_kv);
+        tile_batch = w.coord.batch;
+        tile_head_kv = head_kv;
+        tile_last_key = w.seq.len_k - 1;
+        tile_qk_descale = p.q_descale.at(w.coord.batch, head_kv, w.row0) *
+                          (p.k_descale.blocked() ? 1.f : p.k_descale.at(w.coord.batch, head_kv));
         tile_v_descale = p.v_descale.at(w.coord.batch, head_kv);
         tile_logit_descale = p.transform == ScoreTransform::softcap ? 1.f : tile_qk_descale;
         softmax.set_scale_log2(p.scale_log2 * tile_logit_descale);
@@ -188,10 +198,28 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
 
     // Raw q.k -> logits, ALiBi's bias (cuda/common/alibi.cuh) when given, then the mask where
     // some row of this warpgroup does not see every key of the block.
-    auto to_logits = [&](int block) {
+    // FP8: the factors of the block's 64-key chunks of K under block quantization (all 1 without),
+    // read when its S is issued (fp8_key_scales.cuh); they join the tanh's input scale under
+    // softcap (to_logits), else the softmax step (softmax_step).
+    auto read_key_factors = [&](int block) {
+      if constexpr (Traits::kFp8)
+        return key_chunk_factors<kBlockN>(p.k_descale, tile_batch, tile_head_kv, block * kBlockN, tile_last_key);
+      else
+        return 0;
+    };
+    auto to_logits = [&](int block, [[maybe_unused]] auto const& key_factors) {
       if (p.transform == ScoreTransform::softcap) {
+        if constexpr (Traits::kFp8) {
 #pragma unroll
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = accurate_tanh(tSrS(i) * (p.softcap_input * tile_qk_descale));
+          for (int r = 0; r < size<0>(scores); ++r)
+#pragma unroll
+            for (int c = 0; c < size<1>(scores); ++c)
+              scores(r, c) = accurate_tanh(
+                  scores(r, c) * (p.softcap_input * tile_qk_descale * key_factors.chunk[c / kKeyChunkColumns]));
+        } else {
+#pragma unroll
+          for (int i = 0; i < size(tSrS); ++i) tSrS(i) = accurate_tanh(tSrS(i) * (p.softcap_input * tile_qk_descale));
+        }
       } else if (p.transform == ScoreTransform::negate) {
 #pragma unroll
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = -tSrS(i);
@@ -207,6 +235,20 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       }
       if (key0 < unmasked_begin || key0 + kBlockN > unmasked_end)
         mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
+    };
+    // The online softmax's step on the block's logits; FP8: with K's chunk factors, unless softcap
+    // has applied them.
+    auto softmax_step = [&](auto first, [[maybe_unused]] auto const& key_factors) {
+      constexpr bool kFirst = decltype(first)::value;
+      if constexpr (Traits::kFp8) {
+        float factor[KeyChunkFactors<kBlockN>::kChunks];
+#pragma unroll
+        for (int i = 0; i < KeyChunkFactors<kBlockN>::kChunks; ++i)
+          factor[i] = p.transform == ScoreTransform::softcap ? 1.f : key_factors.chunk[i];
+        return softmax.template step<kFirst>(scores, factor);
+      } else {
+        return softmax.template step<kFirst>(scores);
+      }
     };
     // Dropout on the probabilities of `block`: its keep bits, drawn right after its S GEMM is
     // issued (the warpgroup would only wait for S), then applied after its softmax step.
@@ -312,12 +354,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       if (foreign_v) pipeline_v.consumer_wait(state_v);
       turns.pass_turn();
       [[maybe_unused]] std::uint64_t keep = draw_keep(block);
+      auto key_factors = read_key_factors(block);
       warpgroup_wait<0>();
       trace(TraceEvent::s_done);
       release_k(block);
       if (foreign_v) release_v(block + 1);
-      to_logits(block);
-      auto correction = softmax.template step<true>(scores);
+      to_logits(block, key_factors);
+      auto correction = softmax_step(std::true_type{}, key_factors);
       drop(keep);
       to_probabilities();
       trace(TraceEvent::softmax);
@@ -334,11 +377,12 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
         turns.pass_turn();
         keep = draw_keep(block);  // while S (and P.V) run
+        key_factors = read_key_factors(block);
         warpgroup_wait<1>();  // S done; P.V may still run
         trace(TraceEvent::s_done);
         release_k(block);
-        to_logits(block);
-        correction = softmax.template step<false>(scores);
+        to_logits(block, key_factors);
+        correction = softmax_step(std::false_type{}, key_factors);
         drop(keep);
         trace(TraceEvent::softmax);
         warpgroup_wait<0>();  // P.V done: its P registers may be overwritten
