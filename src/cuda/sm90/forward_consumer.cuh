@@ -67,7 +67,7 @@ CUTE_DEVICE decltype(auto) query_operand(QueryFragment& q, int stage) {
     return q(cute::_, cute::_, cute::_, stage);
 }
 
-template <class Traits, class Softmax, bool kDropout = false>
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
 CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                typename Traits::PipelineQ& pipeline_q,
                                typename Traits::PipelineK& pipeline_k,
@@ -150,7 +150,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // FP8: Q's times K's descale factor, which scales the raw q.k (the tanh argument under softcap,
     // else the logits: logit_descale), and V's (output), for the tile's (batch, KV head). Under
     // block quantization Q's factor is the tile's block's, and K's varies along the keys: it is
-    // taken per 64-key chunk (read_key_factors), not into the tile's.
+    // taken per 64-key chunk (key_factors), not into the tile's.
     [[maybe_unused]] float tile_qk_descale = 1.f, tile_logit_descale = 1.f, tile_v_descale = 1.f;
     [[maybe_unused]] int tile_batch = 0, tile_head_kv = 0, tile_last_key = 0;
     {
@@ -196,26 +196,26 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     }
     trace(TraceEvent::planned);
 
+    // FP8 under block quantization (kKeyBlockScales, a kernel of its own so that the default one
+    // stays as it was): the factors of the block's 64-key chunks of K (fp8_key_scales.cuh), read
+    // after S; they join the tanh's input scale under softcap (to_logits), else the softmax step
+    // (softmax_step).
+    static_assert(!kKeyBlockScales || Traits::kFp8, "block scales go with e4m3 inputs");
+    auto key_factors = [&](auto block) {  // generic: instantiated by kKeyBlockScales kernels only
+      return key_chunk_factors<kBlockN>(p.k_descale, tile_batch, tile_head_kv, block * kBlockN, tile_last_key);
+    };
     // Raw q.k -> logits, ALiBi's bias (cuda/common/alibi.cuh) when given, then the mask where
     // some row of this warpgroup does not see every key of the block.
-    // FP8: the factors of the block's 64-key chunks of K under block quantization (all 1 without),
-    // read when its S is issued (fp8_key_scales.cuh); they join the tanh's input scale under
-    // softcap (to_logits), else the softmax step (softmax_step).
-    auto read_key_factors = [&](int block) {
-      if constexpr (Traits::kFp8)
-        return key_chunk_factors<kBlockN>(p.k_descale, tile_batch, tile_head_kv, block * kBlockN, tile_last_key);
-      else
-        return 0;
-    };
-    auto to_logits = [&](int block, [[maybe_unused]] auto const& key_factors) {
+    auto to_logits = [&](int block) {
       if (p.transform == ScoreTransform::softcap) {
-        if constexpr (Traits::kFp8) {
+        if constexpr (kKeyBlockScales) {
+          const auto f = key_factors(block);
 #pragma unroll
           for (int r = 0; r < size<0>(scores); ++r)
 #pragma unroll
             for (int c = 0; c < size<1>(scores); ++c)
-              scores(r, c) = accurate_tanh(
-                  scores(r, c) * (p.softcap_input * tile_qk_descale * key_factors.chunk[c / kKeyChunkColumns]));
+              scores(r, c) =
+                  accurate_tanh(scores(r, c) * (p.softcap_input * tile_qk_descale * f.chunk[c / kKeyChunkColumns]));
         } else {
 #pragma unroll
           for (int i = 0; i < size(tSrS); ++i) tSrS(i) = accurate_tanh(tSrS(i) * (p.softcap_input * tile_qk_descale));
@@ -236,19 +236,15 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       if (key0 < unmasked_begin || key0 + kBlockN > unmasked_end)
         mask_scores(scores, [&](int r, int c) { return key0 + get<1>(score_coords(r, c)); }, row_keys);
     };
-    // The online softmax's step on the block's logits; FP8: with K's chunk factors, unless softcap
-    // has applied them.
-    auto softmax_step = [&](auto first, [[maybe_unused]] auto const& key_factors) {
+    // The online softmax's step on the block's logits; under block quantization with K's chunk
+    // factors, unless softcap has applied them.
+    auto softmax_step = [&](auto first, [[maybe_unused]] int block) {
       constexpr bool kFirst = decltype(first)::value;
-      if constexpr (Traits::kFp8) {
-        float factor[KeyChunkFactors<kBlockN>::kChunks];
-#pragma unroll
-        for (int i = 0; i < KeyChunkFactors<kBlockN>::kChunks; ++i)
-          factor[i] = p.transform == ScoreTransform::softcap ? 1.f : key_factors.chunk[i];
-        return softmax.template step<kFirst>(scores, factor);
-      } else {
-        return softmax.template step<kFirst>(scores);
+      if constexpr (kKeyBlockScales) {
+        if (p.transform != ScoreTransform::softcap)
+          return softmax.template step<kFirst>(scores, key_factors(block).chunk);
       }
+      return softmax.template step<kFirst>(scores);
     };
     // Dropout on the probabilities of `block`: its keep bits, drawn right after its S GEMM is
     // issued (the warpgroup would only wait for S), then applied after its softmax step.
@@ -354,13 +350,12 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       if (foreign_v) pipeline_v.consumer_wait(state_v);
       turns.pass_turn();
       [[maybe_unused]] std::uint64_t keep = draw_keep(block);
-      auto key_factors = read_key_factors(block);
       warpgroup_wait<0>();
       trace(TraceEvent::s_done);
       release_k(block);
       if (foreign_v) release_v(block + 1);
-      to_logits(block, key_factors);
-      auto correction = softmax_step(std::true_type{}, key_factors);
+      to_logits(block);
+      auto correction = softmax_step(std::true_type{}, block);
       drop(keep);
       to_probabilities();
       trace(TraceEvent::softmax);
@@ -377,12 +372,11 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
         warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
         turns.pass_turn();
         keep = draw_keep(block);  // while S (and P.V) run
-        key_factors = read_key_factors(block);
         warpgroup_wait<1>();  // S done; P.V may still run
         trace(TraceEvent::s_done);
         release_k(block);
-        to_logits(block, key_factors);
-        correction = softmax_step(std::false_type{}, key_factors);
+        to_logits(block);
+        correction = softmax_step(std::false_type{}, block);
         drop(keep);
         trace(TraceEvent::softmax);
         warpgroup_wait<0>();  // P.V done: its P registers may be overwritten

@@ -14,8 +14,9 @@
 
 namespace flashattn::cuda::sm90 {
 
-// kDropout: dropout on P after the softmax (forward_consumer.cuh).
-template <class Traits, class Softmax, bool kDropout = false>
+// kDropout: dropout on P after the softmax (forward_consumer.cuh). kKeyBlockScales (FP8): K's
+// descale factors per block of keys (block quantization), taken in the softmax step.
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams<Traits> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (producer_warp) run_producer(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    run_consumers<Traits, Softmax, kDropout>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile,
+    run_consumers<Traits, Softmax, kDropout, kKeyBlockScales>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile,
                                    int(threadIdx.x) - 128, warp_group - 1);
   }
 #endif

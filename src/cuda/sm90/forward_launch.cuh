@@ -150,7 +150,7 @@ inline void write_trace(const std::uint64_t* trace, size_t count, cudaStream_t s
 }
 #endif
 
-template <class Traits, class Softmax, bool kDropout = false>
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
   const long long tiles = (long long)params.order.num_m_blocks * p.heads_q * p.batch;
@@ -158,7 +158,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",
                 std::to_string(tiles));
-  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout>;
+  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout, kKeyBlockScales>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int grid = int(std::min<long long>(tiles, sm_count));
@@ -218,8 +218,11 @@ void launch_softmax_variant(const detail::ForwardProblem& p, int sm_count, int l
 
 template <class Traits>
 void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
-  if constexpr (Traits::kFp8) {
-    launch_softmax_variant<Traits, Fp8ForwardSoftmax>(p, sm_count, l2_bytes);  // no dropout (validation)
+  if constexpr (Traits::kFp8) {  // no dropout (validation)
+    // Block quantization: one more kernel per (head dim, output type), with the default softmax.
+    if (p.k_descale.blocked())
+      return launch_kernel<Traits, Fp8ForwardSoftmax<kSoftmaxDefault>, false, true>(p, sm_count, l2_bytes);
+    launch_softmax_variant<Traits, Fp8ForwardSoftmax>(p, sm_count, l2_bytes);
   } else {
     // Dropout: one more kernel per (dtype, head dim, tile height), with the default softmax.
     if (p.dropout.enabled())
