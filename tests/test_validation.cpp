@@ -172,12 +172,15 @@ TEST(Validation, Fp8Inputs) {
     breaker(c);
     expect_error([&] { detail::make_forward_problem(c.args); }, argument, fragment, kind);
   };
-  {
+  auto accepted = [&](HostTensor& q_descale, HostTensor& k_descale) {
     ForwardCall c;
     e4m3_inputs(c, DeviceKind::cuda);
-    c.args.q_descale = descale.view(DeviceKind::cuda);
-    c.args.k_descale = one.view(DeviceKind::cuda);
-    const detail::ForwardProblem p = detail::make_forward_problem(c.args);
+    c.args.q_descale = q_descale.view(DeviceKind::cuda);
+    c.args.k_descale = k_descale.view(DeviceKind::cuda);
+    return detail::make_forward_problem(c.args);
+  };
+  {
+    const detail::ForwardProblem p = accepted(descale, one);
     EXPECT_EQ(p.out_dtype, DType::bf16);
     EXPECT_EQ(p.q_descale.batch_stride, 2);
     EXPECT_EQ(p.k_descale.batch_stride, 0);
@@ -185,11 +188,7 @@ TEST(Validation, Fp8Inputs) {
     EXPECT_FALSE(p.q_descale.blocked());
   }
   {  // block quantization: (batch, heads_kv, blocks of kFp8ScaleBlockRows rows) for q and k
-    ForwardCall c;
-    e4m3_inputs(c, DeviceKind::cuda);
-    c.args.q_descale = blocks.view(DeviceKind::cuda);
-    c.args.k_descale = blocks.view(DeviceKind::cuda);
-    const detail::ForwardProblem p = detail::make_forward_problem(c.args);
+    const detail::ForwardProblem p = accepted(blocks, blocks);
     EXPECT_TRUE(p.q_descale.blocked());
     EXPECT_EQ(p.k_descale.blocks, 1);
   }

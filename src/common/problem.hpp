@@ -83,8 +83,9 @@ struct Descale {
   std::int64_t block_stride = 0;
 
   FA_HOST_DEVICE bool blocked() const { return blocks > 0; }
-  // The factor of (b, h); blocked: of the block holding `row` (rows past the last block, which
-  // only padding of a tile reaches, take the last block's).
+  // The factor of (b, h); blocked: of the block holding `row`. Callers pass rows of the sequence
+  // (the FP8 kernel clamps its key chunks to the sequence's last key); a row past the last block
+  // would take the last block's factor.
   FA_HOST_DEVICE float at(int b, int h, int row = 0) const {
     if (!data) return 1.f;
     const int block = blocks > 0 ? (row / kFp8ScaleBlockRows < blocks ? row / kFp8ScaleBlockRows : blocks - 1) : 0;

@@ -197,7 +197,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     trace(TraceEvent::planned);
 
     // FP8 under block quantization (kKeyBlockScales, a kernel of its own so that the default one
-    // stays as it was): the factors of the block's 64-key chunks of K (fp8_key_scales.cuh), read
+    // keeps its code and registers): the factors of the block's 64-key chunks of K (fp8_key_scales.cuh), read
     // after S; they join the tanh's input scale under softcap (to_logits), else the softmax step
     // (softmax_step).
     static_assert(!kKeyBlockScales || Traits::kFp8, "block scales go with e4m3 inputs");

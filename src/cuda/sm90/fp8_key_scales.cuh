@@ -27,8 +27,8 @@ constexpr int kKeyChunkColumns = 16;
 // Read where the block's S = Q K^T is issued, so that the loads wait under the GEMM. key0: the
 // block's first key (a multiple of 64); last_key: the sequence's. A chunk past the sequence's
 // end takes the last block's factor: its scores are masked, but a factor is in their exponent's
-// FFMA, and the descale entries past a shorter sequence's blocks need not hold numbers. All 1
-// without blocks (then K's factor is in the tile's).
+// FFMA, and the descale entries past a shorter sequence's blocks need not hold numbers. Called by
+// the blocked kernel only; all 1 without blocks (then K's factor is in the tile's).
 template <int kBlockN>
 CUTE_DEVICE KeyChunkFactors<kBlockN> key_chunk_factors(const detail::Descale& k, int batch, int head_kv, int key0,
                                                        int last_key) {
