@@ -57,6 +57,19 @@ TEST(Sm90TileChoice, SharedTableRunsEveryTileHeightOverManyTiles) {
   EXPECT_TRUE(regular) << "no case runs 128-row tiles several per CTA";
 }
 
+// The FP8 forward takes 192-row tiles by the same rule: its table must reach them too.
+TEST(Sm90TileChoice, Fp8TableRunsEveryTileHeightOverManyTiles) {
+  bool tall = false, regular = false;
+  for (const Case& c : fp8_cases()) {
+    if (c.varlen() || c.head_dim > 256) continue;
+    const int rows = rows_for(c);
+    if (tiles(c, rows) <= kSms) continue;
+    (rows == 192 ? tall : regular) = true;
+  }
+  EXPECT_TRUE(tall) << "no FP8 case runs 192-row tiles several per CTA";
+  EXPECT_TRUE(regular) << "no FP8 case runs 128-row tiles several per CTA";
+}
+
 // A warpgroup whose 64 rows lie past the sequence takes a path of its own in the consumer
 // (forward_consumer.cuh): the table must reach it for both tile heights, between full tiles.
 TEST(Sm90TileChoice, SharedTableRunsIdleWarpgroupsOverManyTiles) {

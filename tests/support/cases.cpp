@@ -593,6 +593,15 @@ std::vector<Case> shared_cases(TableFor backend) {
   return t;
 }
 
+std::vector<Case> fp8_cases() {
+  std::vector<Case> cases;
+  for (const Case& c : shared_cases(TableFor::cuda))
+    if (c.dropout_p == 0 && c.alibi == Alibi::none && c.head_dim % 16 == 0 && c.layout == Layout::bshd &&
+        c.magnitude <= 2.0f)
+      cases.push_back(c);
+  return cases;
+}
+
 std::vector<Case> tiny_cases() {
   std::vector<Case> t;
   Case c;

@@ -170,12 +170,13 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
       }
       blocks = w.key_blocks;
       if constexpr (Traits::kFp8) {
-        static_assert(kFp8ScaleBlockRows % Traits::kBlockM == 0, "a tile's rows lie in one block of Q's factors");
+        // Q's factor is this warpgroup's: a 192-row tile spans two blocks of Q's factors.
+        static_assert(kFp8ScaleBlockRows % Traits::kRowsPerWarpGroup == 0, "a warpgroup's rows lie in one block");
         const int head_kv = w.coord.head / p.group;
         tile_batch = w.coord.batch;
         tile_head_kv = head_kv;
         tile_last_key = w.seq.len_k - 1;
-        tile_qk_descale = p.q_descale.at(w.coord.batch, head_kv, w.row0) *
+        tile_qk_descale = p.q_descale.at(w.coord.batch, head_kv, w.row0 + warp_group * Traits::kRowsPerWarpGroup) *
                           (p.k_descale.blocked() ? 1.f : p.k_descale.at(w.coord.batch, head_kv));
         tile_v_descale = p.v_descale.at(w.coord.batch, head_kv);
         tile_logit_descale = p.transform == ScoreTransform::softcap ? 1.f : tile_qk_descale;

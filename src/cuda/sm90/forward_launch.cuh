@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include <cute/tensor.hpp>
@@ -234,19 +235,25 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
 template <class Element, int HeadDim>
 void run_forward(const detail::ForwardProblem& p) {
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;
-  const auto [sms, l2_bytes] = device_facts(p.device_index);
-  const int sm_count = usable_sms(p, sms);
-  if constexpr (sizeof(Element) == 1) {  // e4m3 inputs: the output's dtype picks the kernel
-    if (p.out_dtype == DType::bf16)
-      return launch_forward<ForwardTraits<Element, HeadDim, 128, cutlass::bfloat16_t>>(p, sm_count, l2_bytes);
-    return launch_forward<ForwardTraits<Element, HeadDim, 128, cutlass::half_t>>(p, sm_count, l2_bytes);
-  } else {
-    if constexpr (HeadDim <= 64) {
-      if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
-        return launch_forward<ForwardTraits<Element, HeadDim, 192>>(p, sm_count, l2_bytes);
+  const auto [sms, l2] = device_facts(p.device_index);
+  const int sm_count = usable_sms(p, sms), l2_bytes = l2;  // (a lambda captures no structured binding in C++17)
+  // The kernel of a tile height; for e4m3 inputs the output's dtype picks it too.
+  auto launch = [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    if constexpr (sizeof(Element) == 1) {
+      if (p.out_dtype == DType::bf16)
+        return launch_forward<ForwardTraits<Element, HeadDim, kRows, cutlass::bfloat16_t>>(p, sm_count, l2_bytes);
+      return launch_forward<ForwardTraits<Element, HeadDim, kRows, cutlass::half_t>>(p, sm_count, l2_bytes);
+    } else {
+      return launch_forward<ForwardTraits<Element, HeadDim, kRows>>(p, sm_count, l2_bytes);
     }
-    launch_forward<ForwardTraits<Element, HeadDim, 128>>(p, sm_count, l2_bytes);
+  };
+  // 192 rows (three consumer warpgroups) up to head dim 64, where they take fewer waves.
+  if constexpr (HeadDim <= 64) {
+    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
+      return launch(std::integral_constant<int, 192>{});
   }
+  launch(std::integral_constant<int, 128>{});
 }
 
 }  // namespace flashattn::cuda::sm90
