@@ -28,13 +28,12 @@ struct Quantized {
 
 enum class Scales { per_head, per_tensor, per_block };
 
-std::int64_t blocks_of(std::int64_t rows) { return (rows + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows; }
 
 Quantized quantize(const HostTensor& x, int heads_kv, Scales scales, const HostTensor* signs) {
   const auto& s = x.shape();
   const bool per_tensor = scales == Scales::per_tensor, per_block = scales == Scales::per_block;
   Quantized q{HostTensor(DType::e4m3, s), per_tensor  ? HostTensor(DType::f32, {1})
-                                          : per_block ? HostTensor(DType::f32, {s[0], heads_kv, blocks_of(s[1])})
+                                          : per_block ? HostTensor(DType::f32, {s[0], heads_kv, fp8_scale_blocks(s[1])})
                                                       : HostTensor(DType::f32, {s[0], heads_kv})};
   q.out.poison();
   q.descale.poison();
@@ -55,7 +54,7 @@ void expect_close_to_float64(const HostTensor& x, const Quantized& q, int heads_
                              const std::vector<float>* signs) {
   const auto& s = x.shape();
   const int batch = int(s[0]), seqlen = int(s[1]), heads = int(s[2]), d = int(s[3]);
-  const int blocks = int(blocks_of(seqlen));
+  const int blocks = int(fp8_scale_blocks(seqlen));
   auto slot_of = [&](int b, int t, int h) {
     const int kv = b * heads_kv + h / (heads / heads_kv);
     return scales == Scales::per_tensor  ? 0

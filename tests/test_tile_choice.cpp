@@ -66,8 +66,8 @@ TEST(Sm90TileChoice, Fp8TableRunsEveryTileHeightOverManyTiles) {
     if (tiles(c, rows) <= kSms) continue;
     (rows == 192 ? tall : regular) = true;
   }
-  EXPECT_TRUE(tall) << "no FP8 case runs 192-row tiles several per CTA";
-  EXPECT_TRUE(regular) << "no FP8 case runs 128-row tiles several per CTA";
+  EXPECT_TRUE(tall) << "the FP8 table has no case with more 192-row tiles than SMs";
+  EXPECT_TRUE(regular) << "the FP8 table has no case with more 128-row tiles than SMs";
 }
 
 // A warpgroup whose 64 rows lie past the sequence takes a path of its own in the consumer

@@ -89,9 +89,8 @@ Workload::Workload(const Shape& s, std::uint64_t seed) : state_(std::make_unique
   st.slopes = HostTensor(DType::f32, {h});
   // Block quantization's factors, all 1 (the inputs are the draws rounded to e4m3): what the
   // blocked path costs, with the same values as without factors.
-  auto blocks = [](std::int64_t rows) { return (rows + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows; };
-  st.q_descale = HostTensor(DType::f32, {b, hk, s.fp8_blocks ? blocks(n) : 1});
-  st.k_descale = HostTensor(DType::f32, {b, hk, s.fp8_blocks ? blocks(nk) : 1});
+  st.q_descale = HostTensor(DType::f32, {b, hk, s.fp8_blocks ? fp8_scale_blocks(n) : 1});
+  st.k_descale = HostTensor(DType::f32, {b, hk, s.fp8_blocks ? fp8_scale_blocks(nk) : 1});
   for (HostTensor* t : {&st.q_descale, &st.k_descale})
     for (std::int64_t i = 0; i < t->numel(); ++i) t->set(i, 1.0f);
   for (std::int64_t i = 0; i < h; ++i) st.slopes.set(i, float(std::exp2(-8.0 * double(i + 1) / double(h))));

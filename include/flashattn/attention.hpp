@@ -24,6 +24,10 @@ namespace flashattn {
 
 // Rows of Q or K that share one descale factor under block quantization (ForwardArgs, fp8.hpp).
 inline constexpr int kFp8ScaleBlockRows = 128;
+// The descale factors of `rows` rows under block quantization: ceil(rows / kFp8ScaleBlockRows).
+constexpr std::int64_t fp8_scale_blocks(std::int64_t rows) {
+  return rows > 0 ? (rows + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows : 0;
+}
 
 // Options shared by the forward and the backward pass.
 struct AttentionOptions {

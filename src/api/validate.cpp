@@ -1,6 +1,5 @@
 #include "api/validate.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -349,7 +348,7 @@ RowVector check_lse(const char* name, const TensorView& lse, const Layout& L, co
 Descale check_descale(const char* name, const TensorView& t, const Layout& L, const TensorView& q, int rows) {
   if (!t.present()) return {};
   if (q.dtype != DType::e4m3) fail(name, "none (descale factors go with e4m3 inputs)", "a tensor");
-  const int blocks = (std::max(rows, 0) + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows;
+  const int blocks = int(fp8_scale_blocks(rows));
   if (t.rank == 1) {
     check_tensor(name, t, 1);
     check_shape(name, t, {1}, "one factor per tensor:");
@@ -430,7 +429,7 @@ QuantizeProblem make_quantize_problem(const QuantizeArgs& a) {
   if (a.per_tensor && a.per_block) fail("per_block", "false with per_tensor (one factor or one per block)", "true");
   p.per_tensor = a.per_tensor;
   p.slots_per_sequence = heads_kv;
-  p.blocks = a.per_block ? (p.seqlen + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows : 1;
+  p.blocks = a.per_block ? int(fp8_scale_blocks(p.seqlen)) : 1;
   check_tensor("descale", a.descale, a.per_tensor ? 1 : a.per_block ? 3 : 2);
   check_dtype("descale", a.descale, DType::f32);
   check_same_placement("descale", a.descale, a.x);

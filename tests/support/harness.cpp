@@ -311,8 +311,7 @@ HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int 
   const std::int64_t heads = x.shape()[x.shape().size() - 2], d = x.shape().back(), slots = heads / group;
   const std::int64_t sequences = varlen ? std::int64_t(lens.size()) : x.shape()[0];
   const std::int64_t longest = varlen ? (lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end())) : x.shape()[1];
-  auto blocks_of = [](std::int64_t rows) { return (rows + kFp8ScaleBlockRows - 1) / kFp8ScaleBlockRows; };
-  const std::int64_t blocks = blocks_of(longest);
+  const std::int64_t blocks = fp8_scale_blocks(longest);
   descale = per_tensor  ? HostTensor(DType::f32, {1})
             : per_block ? HostTensor(DType::f32, {sequences, slots, blocks})
                         : HostTensor(DType::f32, {sequences, slots});
@@ -342,7 +341,7 @@ HostTensor quantize_e4m3(const HostTensor& x, const std::vector<int>& lens, int 
     for (std::int64_t b = 0; b < sequences; ++b) {
       float* row = static_cast<float*>(descale.data()) + b * slots * (per_block ? blocks : 1);
       quantize(first, lens[b],
-               per_block ? TensorView::strided(row, DType::f32, {1, slots, blocks_of(lens[b])},
+               per_block ? TensorView::strided(row, DType::f32, {1, slots, fp8_scale_blocks(lens[b])},
                                                {slots * blocks, blocks, 1}, DeviceKind::cpu)
                          : TensorView::strided(row, DType::f32, {1, slots}, {slots, 1}, DeviceKind::cpu));
       first += lens[b];

@@ -149,8 +149,8 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     [[maybe_unused]] int tile_row0 = 0, tile_batch_head = 0;
     // FP8: Q's times K's descale factor, which scales the raw q.k (the tanh argument under softcap,
     // else the logits: logit_descale), and V's (output), for the tile's (batch, KV head). Under
-    // block quantization Q's factor is the tile's block's, and K's varies along the keys: it is
-    // taken per 64-key chunk (key_factors), not into the tile's.
+    // block quantization Q's factor is the block's that holds this warpgroup's rows, and K's varies
+    // along the keys: it is taken per 64-key chunk (key_factors), not into the tile's.
     [[maybe_unused]] float tile_qk_descale = 1.f, tile_logit_descale = 1.f, tile_v_descale = 1.f;
     [[maybe_unused]] int tile_batch = 0, tile_head_kv = 0, tile_last_key = 0;
     {
