@@ -99,4 +99,20 @@ TEST(Distributed, RejectsBadArguments) {
   EXPECT_FALSE(dist::built_with_nccl() && !flashattn::built_with_cuda());
 }
 
+// The compute-alone transport gives every received buffer the bytes sent in its place (so that
+// benchmarks over it compute on real data), and sends nothing anywhere.
+TEST(Distributed, NullCommunicatorStandsInWithTheSentBytes) {
+  auto comm = dist::make_null_communicator(1, 4, DeviceKind::cpu);
+  std::vector<std::uint8_t> a(40), b(24), x(40, 0xEE), y(24, 0xEE), z(8, 0xEE);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::uint8_t(i + 1);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::uint8_t(200 - i);
+  const int ticket = comm->start_exchange({{a.data(), a.size()}, {b.data(), b.size()}}, 2,
+                                          {{x.data(), x.size()}, {y.data(), y.size()}}, 0, nullptr);
+  comm->finish_exchange(ticket, nullptr);
+  EXPECT_EQ(x, a);
+  EXPECT_EQ(y, b);
+  comm->all_to_all({{a.data(), 8}}, {{z.data(), z.size()}}, nullptr);
+  EXPECT_EQ(z, std::vector<std::uint8_t>(a.begin(), a.begin() + 8));
+}
+
 }  // namespace

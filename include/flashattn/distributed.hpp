@@ -5,7 +5,8 @@
 //  - ring: each rank keeps its query shard; K/V shards travel around the ring (rank r sends to
 //    r + 1, receives from r - 1), the transfer of the next block in flight while the current
 //    one is computed; partial outputs merge through their LSE. The backward sends K/V around
-//    again, and with them float32 dK/dV accumulators that come home after the last step.
+//    again, and with them float32 dK/dV accumulators that come home while the rank computes
+//    the last of its own blocks.
 //  - all_to_all (head-parallel, DeepSpeed-Ulysses): one all-to-all turns sequence-sharded
 //    Q/K/V into head-sharded full sequences, the single-device attention runs, a second one
 //    turns the output back; the backward the same way.
@@ -57,8 +58,11 @@ class Communicator {
 
   // Starts sending `send` (in order) to rank `to` and receiving `recv` (in order, the same sizes
   // the sender sends) from rank `from`; returns a ticket for finish_exchange. On a GPU the
-  // transfer starts after the work queued on `stream` so far and does not block `stream`.
-  // Every exchange started must be finished, in any order.
+  // transfer starts after the work queued on `stream` so far, and `stream` goes on without
+  // waiting for its end. (The NCCL communicator holds `stream` back only until the transfer's
+  // kernel is next in line on its own stream, so that the kernel is placed on the GPU before the
+  // attention kernels queued next: an exchange started while another is in flight makes
+  // `stream` wait for that one.) Every exchange started must be finished, in any order.
   virtual int start_exchange(const std::vector<Buffer>& send, int to, const std::vector<Buffer>& recv,
                              int from, void* stream) = 0;
   // Work queued on `stream` afterwards (on the CPU: the caller) sees the received data, and
@@ -74,8 +78,9 @@ class Communicator {
 std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int size);
 
 // For measuring how much transfer time the algorithms leave exposed: a communicator of `size`
-// ranks that transfers nothing (received buffers keep what they held: the results are wrong),
-// so that a call over it costs the compute alone. `device`: the tensors' device kind.
+// ranks that transfers nothing between ranks: each received buffer gets a local copy of the
+// buffer sent in its place (the results are wrong, the data realistic), so that a call over it
+// costs the compute alone (plus those local copies). `device`: the tensors' device kind.
 std::unique_ptr<Communicator> make_null_communicator(int rank, int size, DeviceKind device);
 
 // Whether this build has the NCCL transport (CMake found NCCL beside the CUDA backend).

@@ -95,7 +95,7 @@ void scatter(Workspace& ws, const DeviceOps& ops, Communicator& comm, const Zigz
   for (int j = 0; j < R; ++j) {
     const TensorView dst = slice(local, head, begin(j), count);
     if (accumulate)
-      ops.add(dst, recv[j], stream);
+      ops.add(dst, dst, recv[j], stream);
     else
       ops.copy(dst, recv[j], stream);
   }

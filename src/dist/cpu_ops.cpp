@@ -33,22 +33,23 @@ void store(const TensorView& t, std::int64_t offset, float value) {
   }
 }
 
-// Calls f(offset_a, offset_b) for every index of `shape` (rank `rank`), with the offsets of that
-// index in a and b.
-template <class F>
-void for_each(const TensorView& a, const TensorView& b, F&& f) {
-  std::int64_t shape[4] = {1, 1, 1, 1}, sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0};
-  const int pad = 4 - a.rank;
-  for (int i = 0; i < a.rank; ++i) {
-    shape[pad + i] = a.shape[i];
-    sa[pad + i] = a.stride[i];
-    sb[pad + i] = b.stride[i];
+// Calls f(offsets) for every index of views[0]'s shape, with that index's offset in each view.
+template <std::size_t N, class F>
+void for_each(const TensorView (&views)[N], F&& f) {
+  std::int64_t shape[4] = {1, 1, 1, 1}, st[N][4] = {};
+  const int pad = 4 - views[0].rank;
+  for (int i = 0; i < views[0].rank; ++i) {
+    shape[pad + i] = views[0].shape[i];
+    for (std::size_t v = 0; v < N; ++v) st[v][pad + i] = views[v].stride[i];
   }
+  std::int64_t off[N];
   for (std::int64_t i0 = 0; i0 < shape[0]; ++i0)
     for (std::int64_t i1 = 0; i1 < shape[1]; ++i1)
       for (std::int64_t i2 = 0; i2 < shape[2]; ++i2)
-        for (std::int64_t i3 = 0; i3 < shape[3]; ++i3)
-          f(i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3], i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3]);
+        for (std::int64_t i3 = 0; i3 < shape[3]; ++i3) {
+          for (std::size_t v = 0; v < N; ++v) off[v] = i0 * st[v][0] + i1 * st[v][1] + i2 * st[v][2] + i3 * st[v][3];
+          f(off);
+        }
 }
 
 class CpuOps final : public DeviceOps {
@@ -60,52 +61,44 @@ class CpuOps final : public DeviceOps {
   }
   void release(void* data, void*) const override { std::free(data); }
 
+  void copy_bytes(void* dst, const void* src, std::size_t bytes, void*) const override { std::memcpy(dst, src, bytes); }
   void copy(const TensorView& dst, const TensorView& src, void*) const override {
-    for_each(dst, src, [&](std::int64_t d, std::int64_t s) { store(dst, d, load(src, s)); });
+    for_each<2>({dst, src}, [&](const std::int64_t* o) { store(dst, o[0], load(src, o[1])); });
   }
-  void add(const TensorView& dst, const TensorView& src, void*) const override {
-    float* out = static_cast<float*>(dst.data);
-    for_each(dst, src, [&](std::int64_t d, std::int64_t s) { out[d] += load(src, s); });
+  void add(const TensorView& dst, const TensorView& a, const TensorView& b, void*) const override {
+    for_each<3>({dst, a, b}, [&](const std::int64_t* o) { store(dst, o[0], load(a, o[1]) + load(b, o[2])); });
   }
   void fill(const TensorView& dst, float value, void*) const override {
-    float* out = static_cast<float*>(dst.data);
-    for_each(dst, dst, [&](std::int64_t d, std::int64_t) { out[d] = value; });
+    for_each<1>({dst}, [&](const std::int64_t* o) { store(dst, o[0], value); });
   }
-  void merge(const TensorView& out_acc, const TensorView& lse_acc, const TensorView& out, const TensorView& lse,
-             void*) const override {
-    // Rows: the lse views' indices; the head dimension is the last of the outputs'.
-    float* acc = static_cast<float*>(out_acc.data);
-    float* lacc = static_cast<float*>(lse_acc.data);
-    const float* lstep = static_cast<const float*>(lse.data);
+  void merge(const TensorView& dst_out, const TensorView& dst_lse, const TensorView& out_acc, const TensorView& lse_acc,
+             const TensorView& out, const TensorView& lse, void*) const override {
+    // Rows: the lse views' indices (padded to rank 3); the head dimension is the outputs' last.
     const std::int64_t d = out_acc.shape[out_acc.rank - 1];
-    const std::int64_t sa_d = out_acc.stride[out_acc.rank - 1], so_d = out.stride[out.rank - 1];
-    // Offsets of a row in out_acc and out: the same leading indices with their strides.
-    // Walk rows of lse_acc/lse, and of the outputs, in lockstep.
-    std::int64_t shape[3] = {1, 1, 1}, st[4][3] = {};
-    const int pad = 3 - lse_acc.rank;
-    for (int i = 0; i < lse_acc.rank; ++i) {
-      shape[pad + i] = lse_acc.shape[i];
-      st[0][pad + i] = lse_acc.stride[i];
-      st[1][pad + i] = lse.stride[i];
-      st[2][pad + i] = out_acc.stride[i];
-      st[3][pad + i] = out.stride[i];
-    }
+    const TensorView* outs[3] = {&out_acc, &out, &dst_out};
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    for (std::int64_t i0 = 0; i0 < shape[0]; ++i0)
-      for (std::int64_t i1 = 0; i1 < shape[1]; ++i1)
-        for (std::int64_t i2 = 0; i2 < shape[2]; ++i2) {
-          auto off = [&](int k) { return i0 * st[k][0] + i1 * st[k][1] + i2 * st[k][2]; };
-          const float la = lacc[off(0)], ls = lstep[off(1)];
-          const float m = std::fmax(la, ls);
-          if (m == kNegInf) continue;
-          const float wa = std::exp(la - m), ws = std::exp(ls - m);
-          const float total = wa + ws;
-          const float ca = wa / total, cs = ws / total;
-          const std::int64_t oa = off(2), os = off(3);
-          for (std::int64_t j = 0; j < d; ++j)
-            acc[oa + j * sa_d] = acc[oa + j * sa_d] * ca + load(out, os + j * so_d) * cs;
-          lacc[off(0)] = m + std::log(total);
-        }
+    // Row offsets in the outputs: the lse views' leading indices with the outputs' strides.
+    TensorView rows[3];
+    for (int k = 0; k < 3; ++k) {
+      rows[k] = *outs[k];
+      rows[k].rank = outs[k]->rank - 1;
+    }
+    for_each<6>({lse_acc, lse, dst_lse, rows[0], rows[1], rows[2]}, [&](const std::int64_t* o) {
+      const float la = load(lse_acc, o[0]), ls = load(lse, o[1]);
+      const float m = std::fmax(la, ls);
+      if (m == kNegInf) {
+        for (std::int64_t j = 0; j < d; ++j) store(dst_out, o[5] + j * dst_out.stride[dst_out.rank - 1], 0.0f);
+        store(dst_lse, o[2], kNegInf);
+        return;
+      }
+      const float wa = std::exp(la - m), ws = std::exp(ls - m);
+      const float total = wa + ws;
+      const float ca = wa / total, cs = ws / total;
+      for (std::int64_t j = 0; j < d; ++j)
+        store(dst_out, o[5] + j * dst_out.stride[dst_out.rank - 1],
+              load(out_acc, o[3] + j * out_acc.stride[out_acc.rank - 1]) * ca + load(out, o[4] + j * out.stride[out.rank - 1]) * cs);
+      store(dst_lse, o[2], m + std::log(total));
+    });
   }
   void divide_offsets(std::int32_t* dst, const std::int32_t* src, int count, int divisor, void*) const override {
     for (int i = 0; i < count; ++i) dst[i] = src[i] / divisor;

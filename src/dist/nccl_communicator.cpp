@@ -1,8 +1,10 @@
 // The NCCL transport (built when CMake finds NCCL beside the CUDA backend: FLASHATTN_WITH_NCCL).
-// Transfers run on the communicator's own stream: an exchange waits (cudaStreamWaitEvent) for
-// the work queued on the caller's stream so far, runs ncclSend/ncclRecv in one group, and
-// records an event that finish_exchange makes the caller's stream wait for. Nothing blocks the
-// host.
+// Transfers run on the communicator's own stream, of the greatest priority: an exchange waits
+// (cudaStreamWaitEvent) for the work queued on the caller's stream so far, runs
+// ncclSend/ncclRecv in one group, and records an event that finish_exchange makes the caller's
+// stream wait for. The caller's stream also waits until the transfer is next in line on ours,
+// so that its kernel reaches the GPU before the attention kernels queued after it. Nothing
+// blocks the host.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -49,12 +51,18 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(&uid, id.data(), sizeof uid);
     DeviceGuard guard(device);
     check_nccl(ncclCommInitRank(&comm_, size, uid, rank), "ncclCommInitRank");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    // The greatest priority: where a transfer's kernel and an attention kernel wait for SMs at
+    // the same time, the block scheduler places the transfer's CTAs first.
+    int least = 0, greatest = 0;  // numerically: least >= greatest
+    check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest),
+               "cudaStreamCreateWithPriority");
   }
   ~NcclCommunicator() override {
     DeviceGuard guard(device_);
     for (auto& e : events_) cudaEventDestroy(e);
     for (auto& e : ready_) cudaEventDestroy(e);
+    for (auto& e : queued_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
   }
@@ -69,11 +77,16 @@ class NcclCommunicator final : public Communicator {
     auto caller = static_cast<cudaStream_t>(stream);
     check_cuda(cudaEventRecord(ready_[ticket], caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, ready_[ticket], 0), "cudaStreamWaitEvent");
+    check_cuda(cudaEventRecord(queued_[ticket], stream_), "cudaEventRecord");
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (const Buffer& b : send) check_nccl(ncclSend(b.data, b.bytes, ncclUint8, to, comm_, stream_), "ncclSend");
     for (const Buffer& b : recv) check_nccl(ncclRecv(b.data, b.bytes, ncclUint8, from, comm_, stream_), "ncclRecv");
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     check_cuda(cudaEventRecord(events_[ticket], stream_), "cudaEventRecord");
+    // The caller's next kernels wait until the transfer's kernel is next in line on our stream:
+    // a persistent attention kernel launched first would hold every SM until it ends, and the
+    // transfer would run after it instead of under it.
+    check_cuda(cudaStreamWaitEvent(caller, queued_[ticket], 0), "cudaStreamWaitEvent");
     return ticket;
   }
   void finish_exchange(int ticket, void* stream) override {
@@ -103,11 +116,13 @@ class NcclCommunicator final : public Communicator {
         busy_[i] = true;
         return int(i);
       }
-    cudaEvent_t done, ready;
+    cudaEvent_t done, ready, queued;
     check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming), "cudaEventCreate");
     events_.push_back(done);
     ready_.push_back(ready);
+    queued_.push_back(queued);
     busy_.push_back(true);
     return int(busy_.size() - 1);
   }
@@ -115,7 +130,7 @@ class NcclCommunicator final : public Communicator {
   int rank_, size_, device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  std::vector<cudaEvent_t> events_, ready_;
+  std::vector<cudaEvent_t> events_, ready_, queued_;
   std::vector<bool> busy_;
 };
 

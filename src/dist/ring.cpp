@@ -3,12 +3,15 @@
 //
 // Forward: K/V of this rank go into buffer 0; at step i this rank holds the K/V of rank
 // r - i, starts sending them on to r + 1 (and receiving r - i - 1's into the other buffer),
-// runs its attention calls against them and merges each partial output into a float32
-// accumulator through the LSEs. Backward: the same walk; each step's dK/dV go into float32
-// accumulators that travel one step behind the K/V and reach their owner after the last step.
+// runs its attention calls against them and merges each partial output through the LSEs: a
+// query half's first call starts a float32 accumulator, its last merges into the output.
+// Backward: the same walk with this rank's own calls split around it (ring_backward says why);
+// each step's dK/dV go into float32 accumulators that travel one step behind the K/V and come
+// home while the last phase computes.
 #include "dist/ring.hpp"
 
 #include <limits>
+#include <vector>
 
 #include "dist/ops.hpp"
 #include "dist/workspace.hpp"
@@ -18,6 +21,11 @@ namespace {
 
 struct KV {
   TensorView k, v;
+};
+
+// The calls of one ring step (ring_works).
+struct Step {
+  RingWork works[4];
 };
 
 KV kv_buffer(Workspace& ws, DType dtype, const TensorView& k, const TensorView& v) {
@@ -73,26 +81,31 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
   ops.copy(kv[0].k, args.k, stream);
   ops.copy(kv[0].v, args.v, stream);
 
-  const TensorView out_acc = like(ws, DType::f32, args.q);
-  ops.fill(out_acc, 0.0f, stream);
+  // The calls of every step, so that each query half's first call starts its accumulator (a
+  // copy) and its last one merges straight into the output.
+  std::vector<Step> works(R);
+  std::vector<int> counts(R);
+  int calls[2] = {0, 0}, seen[2] = {0, 0};
+  for (int i = 0; i < R; ++i) {
+    counts[i] = ring_works(z, r, (r + R - i) % R, args.causal, works[i].works);
+    for (int j = 0; j < counts[i]; ++j) ++calls[works[i].works[j].qh];
+  }
+  const bool merges = calls[0] > 1 || calls[1] > 1;
+  const TensorView out_acc = merges ? like(ws, DType::f32, args.q) : TensorView{};
   TensorView lse_acc[2], lse_step[2], out_step[2];
   for (int h = 0; h < 2; ++h) {
     lse_acc[h] = half_lse(ws, z, args.q);
-    ops.fill(lse_acc[h], -std::numeric_limits<float>::infinity(), stream);
     lse_step[h] = half_lse(ws, z, args.q);
     out_step[h] = like(ws, args.q.dtype, z.part(args.q, 0));
   }
 
   int cur = 0;
   for (int i = 0; i < R; ++i) {
-    const int s = (r + R - i) % R;
     const int ticket = i + 1 < R ? comm.start_exchange({bytes_of(kv[cur].k), bytes_of(kv[cur].v)}, next,
                                                        {bytes_of(kv[1 - cur].k), bytes_of(kv[1 - cur].v)}, prev, stream)
                                  : -1;
-    RingWork works[4];
-    const int n = ring_works(z, r, s, args.causal, works);
-    for (int j = 0; j < n; ++j) {
-      const RingWork& w = works[j];
+    for (int j = 0; j < counts[i]; ++j) {
+      const RingWork& w = works[i].works[j];
       ForwardArgs f;
       set_work_options(f, args, z, w);
       f.sm_margin = ticket >= 0 ? args.sm_margin : 0;  // SMs for the transfer's kernels
@@ -102,15 +115,26 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
       f.out = out_step[w.qh];
       f.lse = lse_step[w.qh];
       flashattn::forward(f);
-      ops.merge(z.part(out_acc, w.qh), z.lse_rows(lse_acc[w.qh]), out_step[w.qh], z.lse_rows(lse_step[w.qh]), stream);
+      const int call = ++seen[w.qh];
+      const bool last = call == calls[w.qh];
+      const TensorView out = last ? z.part(args.out, w.qh) : z.part(out_acc, w.qh);
+      const TensorView lse = last && args.lse.present() ? z.lse_part(args.lse, w.qh) : lse_acc[w.qh];
+      if (call == 1) {
+        ops.copy(out, out_step[w.qh], stream);
+        ops.copy(lse, lse_step[w.qh], stream);
+      } else {
+        ops.merge(out, z.lse_rows(lse), z.part(out_acc, w.qh), z.lse_rows(lse_acc[w.qh]), out_step[w.qh],
+                  z.lse_rows(lse_step[w.qh]), stream);
+      }
     }
     if (ticket >= 0) comm.finish_exchange(ticket, stream);
     cur = 1 - cur;
   }
-
-  ops.copy(args.out, out_acc, stream);
-  if (args.lse.present())
-    for (int h = 0; h < 2; ++h) ops.copy(z.lse_part(args.lse, h), lse_acc[h], stream);
+  for (int h = 0; h < 2; ++h) {
+    if (calls[h] > 0) continue;  // no key in reach (not with the zigzag's own diagonal; kept for safety)
+    ops.fill(z.part(args.out, h), 0.0f, stream);
+    if (args.lse.present()) ops.fill(z.lse_part(args.lse, h), -std::numeric_limits<float>::infinity(), stream);
+  }
 }
 
 void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z) {
@@ -119,48 +143,54 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
   Workspace ws(ops, args.q.device, args.q.device_index, stream);
   const int R = z.size, r = z.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
 
-  KV kv[2] = {kv_buffer(ws, args.k.dtype, args.k, args.v), {}};
-  KV dkv[2] = {kv_buffer(ws, DType::f32, args.k, args.v), {}};
+  // K/V in flight: kv[0] starts as this rank's (a contiguous copy to send), and step i >= 1
+  // computes on kv[i % 2] while the next K/V arrive in the other. acc[i % 2] is the float32 dK/dV
+  // accumulator of the K/V of step i.
+  KV kv[2], acc[2];
   if (R > 1) {
+    kv[0] = kv_buffer(ws, args.k.dtype, args.k, args.v);
     kv[1] = kv_buffer(ws, args.k.dtype, args.k, args.v);
-    dkv[1] = kv_buffer(ws, DType::f32, args.k, args.v);
+    ops.copy(kv[0].k, args.k, stream);
+    ops.copy(kv[0].v, args.v, stream);
+    acc[1] = kv_buffer(ws, DType::f32, args.k, args.v);
   }
-  ops.copy(kv[0].k, args.k, stream);
-  ops.copy(kv[0].v, args.v, stream);
-  ops.fill(dkv[0].k, 0.0f, stream);
-  ops.fill(dkv[0].v, 0.0f, stream);
+  acc[0] = kv_buffer(ws, DType::f32, args.k, args.v);
+  ops.fill(acc[0].k, 0.0f, stream);
+  ops.fill(acc[0].v, 0.0f, stream);
 
   const TensorView dq_acc = like(ws, DType::f32, args.q);
-  ops.fill(dq_acc, 0.0f, stream);
   const TensorView dq_step = like(ws, args.q.dtype, z.part(args.q, 0));
   TensorView lse[2];
   for (int h = 0; h < 2; ++h) {
     lse[h] = half_lse(ws, z, args.q);
     ops.copy(lse[h], z.lse_part(args.lse, h), stream);
   }
-  // dK/dV of each call of a step, added once the travelling accumulator has arrived.
+  // This rank's own calls split in two phases (below), and how many calls each query half gets
+  // over the whole walk (its first starts the dQ accumulator, its last writes dq).
+  RingWork own[4], part_a[4], part_b[4];
+  const int n_own = ring_works(z, r, r, args.causal, own);
+  int n_a = 0, n_b = 0;
+  for (int j = 0; j < n_own; ++j) (own[j].qh == 0 ? part_a[n_a++] : part_b[n_b++]) = own[j];
+  int dq_calls[2] = {0, 0}, dq_seen[2] = {0, 0};
+  for (int i = 0; i < R; ++i) {
+    RingWork works[4];
+    const int n = ring_works(z, r, (r + R - i) % R, args.causal, works);
+    for (int j = 0; j < n; ++j) ++dq_calls[works[j].qh];
+  }
+  // dK/dV of each call of a phase, added into the accumulator once it has arrived.
   KV dkv_step[4];
   int slots = 0;
-
-  int cur = 0, d = 0, dkv_ticket = -1;
-  for (int i = 0; i < R; ++i) {
-    const int s = (r + R - i) % R;
-    const int kv_ticket = i + 1 < R ? comm.start_exchange({bytes_of(kv[cur].k), bytes_of(kv[cur].v)}, next,
-                                                          {bytes_of(kv[1 - cur].k), bytes_of(kv[1 - cur].v)}, prev,
-                                                          stream)
-                                    : -1;
-    RingWork works[4];
-    const int n = ring_works(z, r, s, args.causal, works);
+  auto compute = [&](const RingWork* works, int n, const KV& held) {
     for (int j = 0; j < n; ++j) {
       const RingWork& w = works[j];
       if (j >= slots) dkv_step[slots++] = kv_buffer(ws, args.k.dtype, args.k, args.v);
       BackwardArgs b;
       set_work_options(b, args, z, w);
-      b.sm_margin = kv_ticket >= 0 || dkv_ticket >= 0 ? args.sm_margin : 0;  // SMs for the transfers' kernels
+      b.sm_margin = R > 1 ? args.sm_margin : 0;  // SMs for the transfer's kernels
       b.deterministic = args.deterministic;
       b.q = z.part(args.q, w.qh);
-      b.k = z.part(kv[cur].k, w.kp);
-      b.v = z.part(kv[cur].v, w.kp);
+      b.k = z.part(held.k, w.kp);
+      b.v = z.part(held.v, w.kp);
       b.out = z.part(args.out, w.qh);
       b.dout = z.part(args.dout, w.qh);
       b.lse = lse[w.qh];
@@ -168,31 +198,67 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
       b.dk = z.part(dkv_step[j].k, w.kp);
       b.dv = z.part(dkv_step[j].v, w.kp);
       flashattn::backward(b);
-      ops.add(z.part(dq_acc, w.qh), dq_step, stream);
+      // A query half's first call starts its dQ accumulator, its last one writes dq.
+      const int call = ++dq_seen[w.qh];
+      const TensorView into = call == dq_calls[w.qh] ? z.part(args.dq, w.qh) : z.part(dq_acc, w.qh);
+      if (call == 1)
+        ops.copy(into, dq_step, stream);
+      else
+        ops.add(into, z.part(dq_acc, w.qh), dq_step, stream);
     }
-    if (dkv_ticket >= 0) {
-      comm.finish_exchange(dkv_ticket, stream);
-      d = 1 - d;
-    }
+  };
+  auto accumulate = [&](const RingWork* works, int n, const KV& into) {
     for (int j = 0; j < n; ++j) {
-      ops.add(z.part(dkv[d].k, works[j].kp), z.part(dkv_step[j].k, works[j].kp), stream);
-      ops.add(z.part(dkv[d].v, works[j].kp), z.part(dkv_step[j].v, works[j].kp), stream);
+      const int kp = works[j].kp;
+      ops.add(z.part(into.k, kp), z.part(into.k, kp), z.part(dkv_step[j].k, kp), stream);
+      ops.add(z.part(into.v, kp), z.part(into.v, kp), z.part(dkv_step[j].v, kp), stream);
     }
-    if (kv_ticket >= 0) comm.finish_exchange(kv_ticket, stream);
-    // The accumulator of the K/V just used goes on to the next rank (after the last step: to
-    // its owner).
-    if (R > 1)
-      dkv_ticket = comm.start_exchange({bytes_of(dkv[d].k), bytes_of(dkv[d].v)}, next,
-                                       {bytes_of(dkv[1 - d].k), bytes_of(dkv[1 - d].v)}, prev, stream);
-    cur = 1 - cur;
+  };
+  auto exchange = [&](const std::vector<Buffer>& send, const std::vector<Buffer>& recv) {
+    return comm.start_exchange(send, next, recv, prev, stream);
+  };
+
+  // The walk, so that no transfer is left without compute to hide under: this rank's own work
+  // is split in two phases, query half 0 first and query half 1 last.
+  //   A:         own K/V go to the next rank while the calls of query half 0 run on them;
+  //   step i:    K/V of rank r - i (1 <= i < R); its accumulator arrives from the previous rank
+  //              (which computed on those K/V a step earlier) while this rank computes, and the
+  //              previous step's accumulator and K/V go on to the next rank;
+  //   B:         query half 1 against own K/V, while own accumulator comes home.
+  const KV mine{args.k, args.v};
+
+  int ticket = R > 1 ? exchange({bytes_of(kv[0].k), bytes_of(kv[0].v)}, {bytes_of(kv[1].k), bytes_of(kv[1].v)}) : -1;
+  compute(part_a, n_a, mine);
+  if (ticket >= 0) comm.finish_exchange(ticket, stream);
+  accumulate(part_a, n_a, acc[0]);
+  for (int i = 1; i < R; ++i) {
+    const KV &held = kv[i % 2], &here = acc[i % 2], &last = acc[(i - 1) % 2];
+    std::vector<Buffer> send{bytes_of(last.k), bytes_of(last.v)}, recv{bytes_of(here.k), bytes_of(here.v)};
+    if (i + 1 < R) {
+      const KV& coming = kv[(i + 1) % 2];
+      send.insert(send.end(), {bytes_of(held.k), bytes_of(held.v)});
+      recv.insert(recv.end(), {bytes_of(coming.k), bytes_of(coming.v)});
+    }
+    ticket = exchange(send, recv);
+    RingWork works[4];
+    const int n = ring_works(z, r, (r + R - i) % R, args.causal, works);
+    compute(works, n, held);
+    comm.finish_exchange(ticket, stream);
+    accumulate(works, n, here);
   }
-  if (dkv_ticket >= 0) {
-    comm.finish_exchange(dkv_ticket, stream);
-    d = 1 - d;
+  const KV& home = acc[R > 1 ? R % 2 : 0];
+  if (R > 1) {
+    const KV& last = acc[(R - 1) % 2];
+    ticket = exchange({bytes_of(last.k), bytes_of(last.v)}, {bytes_of(home.k), bytes_of(home.v)});
   }
-  ops.copy(args.dq, dq_acc, stream);
-  ops.copy(args.dk, dkv[d].k, stream);
-  ops.copy(args.dv, dkv[d].v, stream);
+  compute(part_b, n_b, mine);
+  if (R > 1) comm.finish_exchange(ticket, stream);
+  accumulate(part_b, n_b, home);
+
+  for (int h = 0; h < 2; ++h)
+    if (dq_calls[h] == 0) ops.fill(z.part(args.dq, h), 0.0f, stream);  // no key in reach (kept for safety)
+  ops.copy(args.dk, home.k, stream);
+  ops.copy(args.dv, home.v, stream);
 }
 
 }  // namespace flashattn::dist::detail

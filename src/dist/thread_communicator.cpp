@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/ops.hpp"
 #include "flashattn/distributed.hpp"
 #include "flashattn/error.hpp"
 
@@ -95,11 +96,25 @@ class NullCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   DeviceKind device() const override { return device_; }
-  int start_exchange(const std::vector<Buffer>&, int, const std::vector<Buffer>&, int, void*) override { return 0; }
+  // Each received buffer gets the bytes of the sent buffer at its place (a local copy on
+  // `stream`), so that the kernels compute on real data: on never-written buffers (zeros) the
+  // tensor cores draw less power and ran the ring's remote steps about 10% faster than on the
+  // data NCCL delivers.
+  int start_exchange(const std::vector<Buffer>& send, int, const std::vector<Buffer>& recv, int, void* stream) override {
+    stand_in(send, recv, stream);
+    return 0;
+  }
   void finish_exchange(int, void*) override {}
-  void all_to_all(const std::vector<Buffer>&, const std::vector<Buffer>&, void*) override {}
+  void all_to_all(const std::vector<Buffer>& send, const std::vector<Buffer>& recv, void* stream) override {
+    stand_in(send, recv, stream);
+  }
 
  private:
+  void stand_in(const std::vector<Buffer>& send, const std::vector<Buffer>& recv, void* stream) const {
+    for (std::size_t i = 0; i < send.size() && i < recv.size(); ++i)
+      if (send[i].bytes == recv[i].bytes && send[i].data != recv[i].data)
+        detail::ops_for(device_).copy_bytes(recv[i].data, send[i].data, recv[i].bytes, stream);
+  }
   int rank_, size_;
   DeviceKind device_;
 };
