@@ -8,8 +8,9 @@ events after one warm-up, the median of --reps calls, every rank at once (a barr
   - 1 GPU: flashattn.torch.flash_attn_func on the whole sequence (forward; backward through
     autograd), on every rank's GPU, rank 0 reported;
   - each strategy on the zigzag shards: forward, and backward (through autograd);
-  - each strategy over a communicator that transfers nothing (flashattn._C._null_communicator):
-    the compute alone. Exposed communication = time with NCCL - time without (the NCCL time not
+  - each strategy over a communicator that transfers nothing between ranks
+    (flashattn._C._null_communicator: each received buffer gets a local copy of the buffer sent in
+    its place, so the kernels compute on real data): the compute alone, plus those copies. Exposed communication = time with NCCL - time without (the NCCL time not
     hidden under compute); the transfer's own time is estimated from the bytes moved.
 Scaling efficiency = 1-GPU time / (world x context-parallel time); >= 1 would be superlinear.
 The context-parallel time is the slowest rank's.

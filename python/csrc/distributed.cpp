@@ -132,7 +132,8 @@ void register_distributed(nb::module_& m) {
         return dist::make_null_communicator(rank, size, cuda ? DeviceKind::cuda : DeviceKind::cpu);
       },
       "rank"_a, "size"_a, "cuda"_a,
-      "For benchmarks: a Communicator that transfers nothing (wrong results; the compute's time alone).");
+      "For benchmarks: a Communicator that transfers nothing between ranks: received buffers get local copies "
+      "of the sent ones (wrong results, real data; the compute's time alone).");
   m.def(
       "python_communicator",
       [](nb::object transport, int rank, int size) -> std::unique_ptr<dist::Communicator> {
