@@ -23,10 +23,27 @@ struct KV {
   TensorView k, v;
 };
 
-// The calls of one ring step (ring_works).
-struct Step {
-  RingWork works[4];
+// The calls of the walk: step i against the K/V of rank r - i (ring_works), and how many calls
+// each query half gets (its first starts an accumulator, its last writes the output).
+struct Walk {
+  struct Step {
+    RingWork works[4];
+    int count = 0;
+  };
+  std::vector<Step> steps;
+  int calls[2] = {0, 0};
 };
+
+Walk plan_walk(const Zigzag& z, int r, bool causal) {
+  Walk w;
+  w.steps.resize(z.size);
+  for (int i = 0; i < z.size; ++i) {
+    Walk::Step& step = w.steps[i];
+    step.count = ring_works(z, r, (r + z.size - i) % z.size, causal, step.works);
+    for (int j = 0; j < step.count; ++j) ++w.calls[step.works[j].qh];
+  }
+  return w;
+}
 
 KV kv_buffer(Workspace& ws, DType dtype, const TensorView& k, const TensorView& v) {
   KV b;
@@ -81,15 +98,9 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
   ops.copy(kv[0].k, args.k, stream);
   ops.copy(kv[0].v, args.v, stream);
 
-  // The calls of every step, so that each query half's first call starts its accumulator (a
-  // copy) and its last one merges straight into the output.
-  std::vector<Step> works(R);
-  std::vector<int> counts(R);
-  int calls[2] = {0, 0}, seen[2] = {0, 0};
-  for (int i = 0; i < R; ++i) {
-    counts[i] = ring_works(z, r, (r + R - i) % R, args.causal, works[i].works);
-    for (int j = 0; j < counts[i]; ++j) ++calls[works[i].works[j].qh];
-  }
+  const Walk walk = plan_walk(z, r, args.causal);
+  const int* calls = walk.calls;
+  int seen[2] = {0, 0};
   const bool merges = calls[0] > 1 || calls[1] > 1;
   const TensorView out_acc = merges ? like(ws, DType::f32, args.q) : TensorView{};
   TensorView lse_acc[2], lse_step[2], out_step[2];
@@ -104,8 +115,8 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
     const int ticket = i + 1 < R ? comm.start_exchange({bytes_of(kv[cur].k), bytes_of(kv[cur].v)}, next,
                                                        {bytes_of(kv[1 - cur].k), bytes_of(kv[1 - cur].v)}, prev, stream)
                                  : -1;
-    for (int j = 0; j < counts[i]; ++j) {
-      const RingWork& w = works[i].works[j];
+    for (int j = 0; j < walk.steps[i].count; ++j) {
+      const RingWork& w = walk.steps[i].works[j];
       ForwardArgs f;
       set_work_options(f, args, z, w);
       f.sm_margin = ticket >= 0 ? args.sm_margin : 0;  // SMs for the transfer's kernels
@@ -167,15 +178,14 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
   }
   // This rank's own calls split in two phases (below), and how many calls each query half gets
   // over the whole walk (its first starts the dQ accumulator, its last writes dq).
-  RingWork own[4], part_a[4], part_b[4];
-  const int n_own = ring_works(z, r, r, args.causal, own);
+  const Walk walk = plan_walk(z, r, args.causal);
+  const int* dq_calls = walk.calls;
+  int dq_seen[2] = {0, 0};
+  RingWork part_a[4], part_b[4];
   int n_a = 0, n_b = 0;
-  for (int j = 0; j < n_own; ++j) (own[j].qh == 0 ? part_a[n_a++] : part_b[n_b++]) = own[j];
-  int dq_calls[2] = {0, 0}, dq_seen[2] = {0, 0};
-  for (int i = 0; i < R; ++i) {
-    RingWork works[4];
-    const int n = ring_works(z, r, (r + R - i) % R, args.causal, works);
-    for (int j = 0; j < n; ++j) ++dq_calls[works[j].qh];
+  for (int j = 0; j < walk.steps[0].count; ++j) {
+    const RingWork& w = walk.steps[0].works[j];
+    (w.qh == 0 ? part_a[n_a++] : part_b[n_b++]) = w;
   }
   // dK/dV of each call of a phase, added into the accumulator once it has arrived.
   KV dkv_step[4];
@@ -240,11 +250,10 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
       recv.insert(recv.end(), {bytes_of(coming.k), bytes_of(coming.v)});
     }
     ticket = exchange(send, recv);
-    RingWork works[4];
-    const int n = ring_works(z, r, (r + R - i) % R, args.causal, works);
-    compute(works, n, held);
+    const Walk::Step& step = walk.steps[i];
+    compute(step.works, step.count, held);
     comm.finish_exchange(ticket, stream);
-    accumulate(works, n, here);
+    accumulate(step.works, step.count, here);
   }
   const KV& home = acc[R > 1 ? R % 2 : 0];
   if (R > 1) {
