@@ -102,6 +102,40 @@ __device__ void store8(const View& v, long long i, const float (&x)[8]) {
   reinterpret_cast<uint4*>(v.data)[i / 8] = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Four consecutive elements at offset `i` (a multiple of 4; 16-byte aligned f32, 8-byte aligned
+// 16-bit data).
+__device__ void load4(const View& v, long long i, float (&x)[4]) {
+  if (v.dtype == 0) {
+    const float4 a = reinterpret_cast<const float4*>(v.data)[i / 4];
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+    return;
+  }
+  const uint2 u = reinterpret_cast<const uint2*>(v.data)[i / 4];
+  const unsigned w[2] = {u.x, u.y};
+  for (int j = 0; j < 2; ++j) {
+    const float2 f = v.dtype == 1 ? __half22float2(*reinterpret_cast<const __half2*>(&w[j]))
+                                  : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
+    x[2 * j] = f.x, x[2 * j + 1] = f.y;
+  }
+}
+__device__ void store4(const View& v, long long i, const float (&x)[4]) {
+  if (v.dtype == 0) {
+    reinterpret_cast<float4*>(v.data)[i / 4] = make_float4(x[0], x[1], x[2], x[3]);
+    return;
+  }
+  unsigned w[2];
+  for (int j = 0; j < 2; ++j) {
+    if (v.dtype == 1) {
+      const __half2 h = __floats2half2_rn(x[2 * j], x[2 * j + 1]);
+      w[j] = *reinterpret_cast<const unsigned*>(&h);
+    } else {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
+      w[j] = *reinterpret_cast<const unsigned*>(&h);
+    }
+  }
+  reinterpret_cast<uint2*>(v.data)[i / 4] = make_uint2(w[0], w[1]);
+}
+
 // The elementwise ops 8 elements a thread and step (n a multiple of 8): on contiguous views
 // (`flat`: an element's offset is its index), or on views whose rows of the last dimension are
 // contiguous and hold a multiple of 8 elements, with every other stride a multiple of 8 (head or
@@ -137,9 +171,10 @@ __global__ void elementwise(View dst, View a, View b, long long n, int op, float
 
 // One warp per row (a grid-stride loop over rows): rows are indexed by the lse views (padded to
 // rank 4: dims 1..3), the head dimension is the outputs' last; out dim d - 1 pairs with lse dim d.
-// dst may be the accumulator itself.
+// dst may be the accumulator itself. `vec4`: the head dimension is contiguous in all three
+// outputs and their rows start on 4-element boundaries, so each lane takes 4 elements at a time.
 __global__ void merge_rows(View dst_out, View dst_lse, View out_acc, View lse_acc, View out, View lse, long long rows,
-                           long long head_dim) {
+                           long long head_dim, bool vec4) {
   const int lane = threadIdx.x % 32;
   const long long warps = (long long)gridDim.x * blockDim.x / 32;
   const float* lacc = reinterpret_cast<const float*>(lse_acc.data);
@@ -166,8 +201,20 @@ __global__ void merge_rows(View dst_out, View dst_lse, View out_acc, View lse_ac
       const float wa = expf(a - m), ws = expf(s - m), total = wa + ws;
       ca = wa / total, cs = ws / total, merged = m + logf(total);
     }
-    for (long long j = lane; j < head_dim; j += 32)
-      store(dst_out, od + j * sd, m == -INFINITY ? 0.0f : acc[oa + j * sa] * ca + load(out, os + j * so) * cs);
+    if (vec4) {
+      for (long long j = 4 * lane; j < head_dim; j += 128) {
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4];
+        if (m != -INFINITY) {
+          load4(out_acc, oa + j, x);
+          load4(out, os + j, y);
+          for (int e = 0; e < 4; ++e) x[e] = x[e] * ca + y[e] * cs;
+        }
+        store4(dst_out, od + j, x);
+      }
+    } else {
+      for (long long j = lane; j < head_dim; j += 32)
+        store(dst_out, od + j * sd, m == -INFINITY ? 0.0f : acc[oa + j * sa] * ca + load(out, os + j * so) * cs);
+    }
     __syncwarp();
     if (lane == 0) ldst[ld] = merged;
     __syncwarp();
@@ -226,9 +273,16 @@ class CudaOps final : public DeviceOps {
     const long long head_dim = out_acc.shape[out_acc.rank - 1];
     if (rows == 0) return;
     const int threads = 256;
+    const auto rows_of_4 = [&](const TensorView& t) {
+      if (t.stride[t.rank - 1] != 1 || reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+      for (int i = 0; i + 1 < t.rank; ++i)
+        if (t.shape[i] != 1 && t.stride[i] % 4 != 0) return false;
+      return true;
+    };
+    const bool vec4 = head_dim % 4 == 0 && rows_of_4(dst_out) && rows_of_4(out_acc) && rows_of_4(out);
     merge_rows<<<blocks_for(rows * 32, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
         view_of(dst_out, 4), view_of(dst_lse, 4), view_of(out_acc, 4), view_of(lse_acc, 4), view_of(out, 4),
-        view_of(lse, 4), rows, head_dim);
+        view_of(lse, 4), rows, head_dim, vec4);
     check(cudaGetLastError(), "merge kernel");
   }
   void divide_offsets(std::int32_t* dst, const std::int32_t* src, int count, int divisor, void* stream) const override {
