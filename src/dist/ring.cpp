@@ -57,6 +57,16 @@ KV kv_buffer(Workspace& ws, DType dtype, const TensorView& k, const TensorView& 
   return b;
 }
 
+// This rank's K/V as the first step's send buffer: the caller's tensors when contiguous (a send
+// only reads them), else a contiguous copy.
+KV sendable(Workspace& ws, const DeviceOps& ops, const KV& own, void* stream) {
+  if (contiguous(own.k) && contiguous(own.v)) return own;
+  KV b = kv_buffer(ws, own.k.dtype, own.k, own.v);
+  ops.copy(b.k, own.k, stream);
+  ops.copy(b.v, own.v, stream);
+  return b;
+}
+
 TensorView like(Workspace& ws, DType dtype, const TensorView& t) {
   return t.rank == 4 ? ws.tensor(dtype, {t.shape[0], t.shape[1], t.shape[2], t.shape[3]})
                      : ws.tensor(dtype, {t.shape[0], t.shape[1], t.shape[2]});
@@ -93,10 +103,13 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
   Workspace ws(ops, args.q.device, args.q.device_index, stream);
   const int R = z.size, r = z.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
 
-  KV kv[2] = {kv_buffer(ws, args.k.dtype, args.k, args.v), {}};
+  // Step 0 computes on this rank's K/V and sends them; step i >= 1 computes on kv[i % 2] while the
+  // next K/V arrive in the other buffer (kv[0] is needed from three ranks on).
+  const KV mine{args.k, args.v};
+  KV kv[2];
   if (R > 1) kv[1] = kv_buffer(ws, args.k.dtype, args.k, args.v);
-  ops.copy(kv[0].k, args.k, stream);
-  ops.copy(kv[0].v, args.v, stream);
+  if (R > 2) kv[0] = kv_buffer(ws, args.k.dtype, args.k, args.v);
+  const KV first = R > 1 ? sendable(ws, ops, mine, stream) : mine;
 
   const Walk walk = plan_walk(z, r, args.causal);
   const int* calls = walk.calls;
@@ -110,10 +123,12 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
     out_step[h] = like(ws, args.q.dtype, z.part(args.q, 0));
   }
 
-  int cur = 0;
   for (int i = 0; i < R; ++i) {
-    const int ticket = i + 1 < R ? comm.start_exchange({bytes_of(kv[cur].k), bytes_of(kv[cur].v)}, next,
-                                                       {bytes_of(kv[1 - cur].k), bytes_of(kv[1 - cur].v)}, prev, stream)
+    const KV& held = i == 0 ? mine : kv[i % 2];
+    const KV& send = i == 0 ? first : kv[i % 2];
+    const KV& coming = kv[(i + 1) % 2];
+    const int ticket = i + 1 < R ? comm.start_exchange({bytes_of(send.k), bytes_of(send.v)}, next,
+                                                       {bytes_of(coming.k), bytes_of(coming.v)}, prev, stream)
                                  : -1;
     for (int j = 0; j < walk.steps[i].count; ++j) {
       const RingWork& w = walk.steps[i].works[j];
@@ -121,8 +136,8 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
       set_work_options(f, args, z, w);
       f.sm_margin = ticket >= 0 ? args.sm_margin : 0;  // SMs for the transfer's kernels
       f.q = z.part(args.q, w.qh);
-      f.k = z.part(kv[cur].k, w.kp);
-      f.v = z.part(kv[cur].v, w.kp);
+      f.k = z.part(held.k, w.kp);
+      f.v = z.part(held.v, w.kp);
       f.out = out_step[w.qh];
       f.lse = lse_step[w.qh];
       flashattn::forward(f);
@@ -139,7 +154,6 @@ void ring_forward(const ForwardArgs& args, Communicator& comm, const Zigzag& z) 
       }
     }
     if (ticket >= 0) comm.finish_exchange(ticket, stream);
-    cur = 1 - cur;
   }
   for (int h = 0; h < 2; ++h) {
     if (calls[h] > 0) continue;  // no key in reach (not with the zigzag's own diagonal; kept for safety)
@@ -154,15 +168,15 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
   Workspace ws(ops, args.q.device, args.q.device_index, stream);
   const int R = z.size, r = z.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
 
-  // K/V in flight: kv[0] starts as this rank's (a contiguous copy to send), and step i >= 1
-  // computes on kv[i % 2] while the next K/V arrive in the other. acc[i % 2] is the float32 dK/dV
-  // accumulator of the K/V of step i.
-  KV kv[2], acc[2];
+  // K/V in flight: this rank's go out first, step i >= 1 computes on kv[i % 2] while the next K/V
+  // arrive in the other buffer (kv[0] is needed from three ranks on). acc[i % 2] is the float32
+  // dK/dV accumulator of the K/V of step i.
+  const KV mine{args.k, args.v};
+  KV kv[2], acc[2], first;
   if (R > 1) {
-    kv[0] = kv_buffer(ws, args.k.dtype, args.k, args.v);
     kv[1] = kv_buffer(ws, args.k.dtype, args.k, args.v);
-    ops.copy(kv[0].k, args.k, stream);
-    ops.copy(kv[0].v, args.v, stream);
+    if (R > 2) kv[0] = kv_buffer(ws, args.k.dtype, args.k, args.v);
+    first = sendable(ws, ops, mine, stream);
     acc[1] = kv_buffer(ws, DType::f32, args.k, args.v);
   }
   acc[0] = kv_buffer(ws, DType::f32, args.k, args.v);
@@ -235,9 +249,7 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
   //              (which computed on those K/V a step earlier) while this rank computes, and the
   //              previous step's accumulator and K/V go on to the next rank;
   //   B:         query half 1 against own K/V, while own accumulator comes home.
-  const KV mine{args.k, args.v};
-
-  int ticket = R > 1 ? exchange({bytes_of(kv[0].k), bytes_of(kv[0].v)}, {bytes_of(kv[1].k), bytes_of(kv[1].v)}) : -1;
+  int ticket = R > 1 ? exchange({bytes_of(first.k), bytes_of(first.v)}, {bytes_of(kv[1].k), bytes_of(kv[1].v)}) : -1;
   compute(part_a, n_a, mine);
   if (ticket >= 0) comm.finish_exchange(ticket, stream);
   accumulate(part_a, n_a, acc[0]);
@@ -262,12 +274,26 @@ void ring_backward(const BackwardArgs& args, Communicator& comm, const Zigzag& z
   }
   compute(part_b, n_b, mine);
   if (R > 1) comm.finish_exchange(ticket, stream);
-  accumulate(part_b, n_b, home);
-
+  // Phase B adds into the accumulator that came home; the last of its calls to reach a key half
+  // writes that half's sum straight into dk / dv, and halves it does not reach are copied.
+  int last_b[2] = {-1, -1};
+  for (int j = 0; j < n_b; ++j)
+    for (int h = 0; h < 2; ++h)
+      if (part_b[j].kp == h || part_b[j].kp == 2) last_b[h] = j;
+  for (int j = 0; j < n_b; ++j)
+    for (int h = 0; h < 2; ++h) {
+      if (part_b[j].kp != h && part_b[j].kp != 2) continue;
+      const bool last = last_b[h] == j;
+      ops.add(last ? z.part(args.dk, h) : z.part(home.k, h), z.part(home.k, h), z.part(dkv_step[j].k, h), stream);
+      ops.add(last ? z.part(args.dv, h) : z.part(home.v, h), z.part(home.v, h), z.part(dkv_step[j].v, h), stream);
+    }
+  for (int h = 0; h < 2; ++h) {
+    if (last_b[h] >= 0) continue;
+    ops.copy(z.part(args.dk, h), z.part(home.k, h), stream);
+    ops.copy(z.part(args.dv, h), z.part(home.v, h), stream);
+  }
   for (int h = 0; h < 2; ++h)
     if (dq_calls[h] == 0) ops.fill(z.part(args.dq, h), 0.0f, stream);  // no key in reach (kept for safety)
-  ops.copy(args.dk, home.k, stream);
-  ops.copy(args.dv, home.v, stream);
 }
 
 }  // namespace flashattn::dist::detail

@@ -70,6 +70,16 @@ inline Buffer bytes_of(const TensorView& t) {
   return Buffer{t.data, std::size_t(t.numel()) * element_size(t.dtype)};
 }
 
+// Whether `t` is row-major contiguous (dimensions of size 1 may have any stride).
+inline bool contiguous(const TensorView& t) {
+  std::int64_t expected = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
 // `t` restricted to [begin, begin + length) along dimension `dim`.
 inline TensorView slice(TensorView t, int dim, std::int64_t begin, std::int64_t length) {
   t.data = static_cast<char*>(t.data) + begin * t.stride[dim] * std::int64_t(element_size(t.dtype));
