@@ -62,78 +62,58 @@ __device__ long long offset(const View& v, long long i) {
   return off;
 }
 
-// Eight consecutive elements starting at `i` (a multiple of 8; 16-byte aligned data).
-__device__ void load8(const View& v, long long i, float (&x)[8]) {
-  if (v.dtype == 0) {
-    const float4* p = reinterpret_cast<const float4*>(v.data) + i / 4;
-    const float4 a = p[0], b = p[1];
-    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-    return;
-  }
-  const uint4 u = reinterpret_cast<const uint4*>(v.data)[i / 8];
-  const unsigned w[4] = {u.x, u.y, u.z, u.w};
-  for (int j = 0; j < 4; ++j) {
-    if (v.dtype == 1) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
-      x[2 * j] = f.x, x[2 * j + 1] = f.y;
-    } else {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
-      x[2 * j] = f.x, x[2 * j + 1] = f.y;
-    }
-  }
+// Two 16-bit values (dtype 1: f16, 2: bf16) of one word as floats, and back.
+__device__ float2 unpack2(unsigned w, int dtype) {
+  return dtype == 1 ? __half22float2(*reinterpret_cast<const __half2*>(&w))
+                    : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
 }
-__device__ void store8(const View& v, long long i, const float (&x)[8]) {
-  if (v.dtype == 0) {
-    float4* p = reinterpret_cast<float4*>(v.data) + i / 4;
-    p[0] = make_float4(x[0], x[1], x[2], x[3]);
-    p[1] = make_float4(x[4], x[5], x[6], x[7]);
-    return;
+__device__ unsigned pack2(float a, float b, int dtype) {
+  if (dtype == 1) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const unsigned*>(&h);
   }
-  unsigned w[4];
-  for (int j = 0; j < 4; ++j) {
-    if (v.dtype == 1) {
-      const __half2 h = __floats2half2_rn(x[2 * j], x[2 * j + 1]);
-      w[j] = *reinterpret_cast<const unsigned*>(&h);
-    } else {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
-      w[j] = *reinterpret_cast<const unsigned*>(&h);
-    }
-  }
-  reinterpret_cast<uint4*>(v.data)[i / 8] = make_uint4(w[0], w[1], w[2], w[3]);
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&h);
 }
 
-// Four consecutive elements at offset `i` (a multiple of 4; 16-byte aligned f32, 8-byte aligned
-// 16-bit data).
-__device__ void load4(const View& v, long long i, float (&x)[4]) {
+// N (4 or 8) consecutive elements at offset `i`, a multiple of N, in one or two 16-byte loads
+// (f32) or one 8- or 16-byte load (16-bit values); the data aligned to match.
+template <int N>
+__device__ void load_n(const View& v, long long i, float (&x)[N]) {
   if (v.dtype == 0) {
-    const float4 a = reinterpret_cast<const float4*>(v.data)[i / 4];
-    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+    const float4* p = reinterpret_cast<const float4*>(v.data) + i / 4;
+    for (int j = 0; j < N / 4; ++j) {
+      const float4 a = p[j];
+      x[4 * j] = a.x, x[4 * j + 1] = a.y, x[4 * j + 2] = a.z, x[4 * j + 3] = a.w;
+    }
     return;
   }
-  const uint2 u = reinterpret_cast<const uint2*>(v.data)[i / 4];
-  const unsigned w[2] = {u.x, u.y};
-  for (int j = 0; j < 2; ++j) {
-    const float2 f = v.dtype == 1 ? __half22float2(*reinterpret_cast<const __half2*>(&w[j]))
-                                  : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
+  unsigned w[N / 2];
+  if constexpr (N == 8) {
+    const uint4 u = reinterpret_cast<const uint4*>(v.data)[i / 8];
+    w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+  } else {
+    const uint2 u = reinterpret_cast<const uint2*>(v.data)[i / 4];
+    w[0] = u.x, w[1] = u.y;
+  }
+  for (int j = 0; j < N / 2; ++j) {
+    const float2 f = unpack2(w[j], v.dtype);
     x[2 * j] = f.x, x[2 * j + 1] = f.y;
   }
 }
-__device__ void store4(const View& v, long long i, const float (&x)[4]) {
+template <int N>
+__device__ void store_n(const View& v, long long i, const float (&x)[N]) {
   if (v.dtype == 0) {
-    reinterpret_cast<float4*>(v.data)[i / 4] = make_float4(x[0], x[1], x[2], x[3]);
+    float4* p = reinterpret_cast<float4*>(v.data) + i / 4;
+    for (int j = 0; j < N / 4; ++j) p[j] = make_float4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
     return;
   }
-  unsigned w[2];
-  for (int j = 0; j < 2; ++j) {
-    if (v.dtype == 1) {
-      const __half2 h = __floats2half2_rn(x[2 * j], x[2 * j + 1]);
-      w[j] = *reinterpret_cast<const unsigned*>(&h);
-    } else {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
-      w[j] = *reinterpret_cast<const unsigned*>(&h);
-    }
-  }
-  reinterpret_cast<uint2*>(v.data)[i / 4] = make_uint2(w[0], w[1]);
+  unsigned w[N / 2];
+  for (int j = 0; j < N / 2; ++j) w[j] = pack2(x[2 * j], x[2 * j + 1], v.dtype);
+  if constexpr (N == 8)
+    reinterpret_cast<uint4*>(v.data)[i / 8] = make_uint4(w[0], w[1], w[2], w[3]);
+  else
+    reinterpret_cast<uint2*>(v.data)[i / 4] = make_uint2(w[0], w[1]);
 }
 
 // The elementwise ops 8 elements a thread and step (n a multiple of 8): on contiguous views
@@ -146,14 +126,14 @@ __global__ void elementwise8(View dst, View a, View b, long long n, int op, floa
     if (op == 2) {
       for (float& e : x) e = value;
     } else {
-      load8(a, flat ? i : offset(a, i), x);
+      load_n<8>(a, flat ? i : offset(a, i), x);
       if (op == 1) {
         float y[8];
-        load8(b, flat ? i : offset(b, i), y);
+        load_n<8>(b, flat ? i : offset(b, i), y);
         for (int j = 0; j < 8; ++j) x[j] += y[j];
       }
     }
-    store8(dst, flat ? i : offset(dst, i), x);
+    store_n<8>(dst, flat ? i : offset(dst, i), x);
   }
 }
 
@@ -205,11 +185,11 @@ __global__ void merge_rows(View dst_out, View dst_lse, View out_acc, View lse_ac
       for (long long j = 4 * lane; j < head_dim; j += 128) {
         float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, y[4];
         if (m != -INFINITY) {
-          load4(out_acc, oa + j, x);
-          load4(out, os + j, y);
+          load_n<4>(out_acc, oa + j, x);
+          load_n<4>(out, os + j, y);
           for (int e = 0; e < 4; ++e) x[e] = x[e] * ca + y[e] * cs;
         }
-        store4(dst_out, od + j, x);
+        store_n<4>(dst_out, od + j, x);
       }
     } else {
       for (long long j = lane; j < head_dim; j += 32)
