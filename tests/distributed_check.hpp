@@ -70,10 +70,11 @@ struct Config {
   DType dtype = DType::f32;
   dist::Strategy strategy = dist::Strategy::ring;
   double tolerance16 = 2e-2;  // relative error allowed in f16/bf16 against the single-process result
+  bool strided_kv = false;    // each rank's K and V are views that skip a head: not contiguous
   std::string name() const {
     return std::to_string(ranks) + " ranks " + dist::to_string(strategy) + (causal ? " causal" : "") +
            (varlen ? " varlen" : "") + " h " + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " " +
-           to_string(dtype) + (softcap > 0 ? " softcap" : "");
+           to_string(dtype) + (softcap > 0 ? " softcap" : "") + (strided_kv ? " strided K/V" : "");
   }
 };
 
@@ -211,13 +212,27 @@ void run_case(const Config& c, Placement& place) {
     ls[lse_seq] = std::int64_t(rows.size());
     llse[r] = Host(DType::f32, ls);
   }
+  // With c.strided_kv: K and V as the first heads of a buffer with one head more.
+  std::vector<Host> padded_k(R), padded_v(R);
+  auto put_kv = [&](Host& h, Host& padded, int r) {
+    if (!c.strided_kv) return place.put(h, r);
+    std::vector<std::int64_t> s = h.shape;
+    const std::int64_t heads = s[s.size() - 2], d = s.back(), rows = h.numel() / (heads * d);
+    s[s.size() - 2] = heads + 1;
+    padded = Host(h.dtype, s);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < heads * d; ++j) padded.set(i * (heads + 1) * d + j, h.get(i * heads * d + j));
+    TensorView t = place.put(padded, r);
+    t.shape[t.rank - 2] = heads;
+    return t;
+  };
   for (int r = 0; r < R; ++r)
     threads.emplace_back([&, r] {
       try {
         auto comm = place.join(r);
         ForwardArgs f;
         options(f, r);
-        f.q = place.put(lq[r], r), f.k = place.put(lk[r], r), f.v = place.put(lv[r], r);
+        f.q = place.put(lq[r], r), f.k = put_kv(lk[r], padded_k[r], r), f.v = put_kv(lv[r], padded_v[r], r);
         f.out = place.put(lout[r], r), f.lse = place.put(llse[r], r);
         dist::forward(f, *comm, c.strategy);
         BackwardArgs b;
