@@ -14,6 +14,7 @@
 
 #include "cuda/common/workspace_pool.cuh"
 #include "dist/ops.hpp"
+#include "dist/workspace.hpp"
 #include "flashattn/error.hpp"
 
 namespace flashattn::dist::detail {
@@ -206,22 +207,14 @@ __global__ void divide(std::int32_t* dst, const std::int32_t* src, int count, in
   if (i < count) dst[i] = src[i] / divisor;
 }
 
-bool row_major(const TensorView& t) {
-  std::int64_t expected = 1;
-  for (int i = t.rank - 1; i >= 0; --i) {
-    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
-    expected *= t.shape[i];
-  }
-  return true;
-}
-
 bool aligned16(const TensorView& t) { return reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0; }
 
-// The last dimension contiguous with a multiple of 8 elements, every other stride a multiple of 8.
-bool rows_of_8(const TensorView& t) {
-  if (t.rank == 0 || t.stride[t.rank - 1] != 1 || t.shape[t.rank - 1] % 8 != 0) return false;
+// The last dimension contiguous with a multiple of n elements, every other stride a multiple of
+// n: n consecutive indices are n consecutive elements, starting on an n-element boundary.
+bool rows_of(const TensorView& t, int n) {
+  if (t.rank == 0 || t.stride[t.rank - 1] != 1 || t.shape[t.rank - 1] % n != 0) return false;
   for (int i = 0; i + 1 < t.rank; ++i)
-    if (t.shape[i] != 1 && t.stride[i] % 8 != 0) return false;
+    if (t.shape[i] != 1 && t.stride[i] % n != 0) return false;
   return true;
 }
 
@@ -253,13 +246,8 @@ class CudaOps final : public DeviceOps {
     const long long head_dim = out_acc.shape[out_acc.rank - 1];
     if (rows == 0) return;
     const int threads = 256;
-    const auto rows_of_4 = [&](const TensorView& t) {
-      if (t.stride[t.rank - 1] != 1 || reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
-      for (int i = 0; i + 1 < t.rank; ++i)
-        if (t.shape[i] != 1 && t.stride[i] % 4 != 0) return false;
-      return true;
-    };
-    const bool vec4 = head_dim % 4 == 0 && rows_of_4(dst_out) && rows_of_4(out_acc) && rows_of_4(out);
+    const bool vec4 = aligned16(dst_out) && aligned16(out_acc) && aligned16(out) && rows_of(dst_out, 4) &&
+                      rows_of(out_acc, 4) && rows_of(out, 4);
     merge_rows<<<blocks_for(rows * 32, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
         view_of(dst_out, 4), view_of(dst_lse, 4), view_of(out_acc, 4), view_of(lse_acc, 4), view_of(out, 4),
         view_of(lse, 4), rows, head_dim, vec4);
@@ -275,9 +263,9 @@ class CudaOps final : public DeviceOps {
     const long long n = dst.numel();
     if (n == 0) return;
     const int threads = 256;
-    const bool flat = row_major(dst) && row_major(a) && row_major(b);
+    const bool flat = contiguous(dst) && contiguous(a) && contiguous(b);
     const bool aligned = aligned16(dst) && aligned16(a) && aligned16(b);
-    if (aligned && ((flat && n % 8 == 0) || (rows_of_8(dst) && rows_of_8(a) && rows_of_8(b))))
+    if (aligned && ((flat && n % 8 == 0) || (rows_of(dst, 8) && rows_of(a, 8) && rows_of(b, 8))))
       elementwise8<<<blocks_for(n / 8, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
           view_of(dst, 4), view_of(a, 4), view_of(b, 4), n, op, value, flat);
     else
