@@ -241,11 +241,11 @@ TEST(CudaDeterminism, DeterministicBackwardIsBitIdentical) {
 }
 
 // The GPU drops exactly the entries the CPU backend drops for the same seed and offset
-// (src/common/philox.hpp), with and without a causal mask, over several 16 x 16 blocks of
+// (src/common/philox.hpp), with and without a causal mask, over several 16 x 32 blocks of
 // rows and keys, batches and query heads (GQA), at every head dim this build has: keys up to
 // 3 x head_dim - 5 (several of the sm90 forward's key blocks, whose keep bits are drawn while
-// their S GEMM runs: the first block of a warpgroup and the later ones take different paths),
-// rows over several tiles (and the third warpgroup of a 192-row tile at d = 64).
+// their S GEMM runs: the first block of a warpgroup and the later ones take different paths; at
+// d = 192 and 256 every other block starts in the middle of a 32-key call), rows over several tiles (and the third warpgroup of a 192-row tile at d = 64).
 TEST(CudaDropout, DropsTheSameEntriesAsTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   int built = 0;

@@ -1,11 +1,11 @@
 #pragma once
-// Philox4x32-10 (common/philox.hpp) of counters that differ only in their last word: a lane's
-// calls along a row of 16 x 16 blocks of dropout's stream (counter (offset + (b h) 32 + lane,
-// its high word, i / 16, j / 16): only j / 16 varies). The rounds' work that does not depend on
+// Philox4x32 (common/philox.hpp) of counters that differ only in their last word: a lane's
+// calls along a row of 16 x 32 blocks of dropout's stream (counter (offset + (b h) 32 + lane,
+// its high word, i / 16, j / 32): only j / 32 varies). The rounds' work that does not depend on
 // the last word is done once, in the constructor: all of round 0's products, one of the two in
 // rounds 1 and 2, and their XORs with the round keys, which leaves 16 of the 20 32x32-bit
-// products (and fewer XORs and key additions) per call. The result is exactly
-// philox4x32_10(seed, {x, y, z, w}); tests/test_dropout.cpp checks it.
+// products (and fewer XORs and key additions) per call: 10 of 14 at dropout's 7 rounds. The result
+// is exactly philox4x32<kRounds>(seed, {x, y, z, w}); tests/test_dropout.cpp checks it.
 //
 // Derivation. A round maps (x, y, z, w) under keys (K0, K1) to
 // (hi(M1 z) ^ y ^ K0, lo(M1 z), hi(M0 x) ^ w ^ K1, lo(M0 x)); round r's keys are
@@ -39,7 +39,9 @@ FA_HOST_DEVICE WideProduct mul_wide(std::uint32_t a, std::uint32_t b) {
 #endif
 }
 
+template <int kRounds = kDropoutRounds>
 struct PhiloxRow {
+  static_assert(kRounds >= 4, "rounds 0-3 are unrolled by hand below");
   static constexpr std::uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   static constexpr std::uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 
@@ -57,7 +59,7 @@ struct PhiloxRow {
     j = kM1 * z2 ^ (k0 + 3 * kW0);
   }
 
-  // philox4x32_10(seed, {x, y, z, w}).
+  // philox4x32<kRounds>(seed, {x, y, z, w}).
   FA_HOST_DEVICE PhiloxWords operator()(std::uint32_t w) const {
     const WideProduct p1 = mul_wide(kM1, e ^ w);
     const std::uint32_t x2 = p1.hi ^ f;
@@ -69,7 +71,7 @@ struct PhiloxRow {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-    for (int round = 4; round < 10; ++round) {
+    for (int round = 4; round < kRounds; ++round) {
       const WideProduct p0 = mul_wide(kM0, c.x), q1 = mul_wide(kM1, c.z);
       c = {q1.hi ^ c.y ^ r0, q1.lo, p0.hi ^ c.w ^ r1, p0.lo};
       r0 += kW0;
@@ -79,16 +81,24 @@ struct PhiloxRow {
   }
 };
 
-// The keep bits of one call's 8 elements, bit 2 * word + half (half 0: the low 16 bits), i.e. the
-// lane's elements of a 16 x 16 block in m16n8 register order (common/philox.hpp): value >=
-// threshold (< 2^16). As compares of whole words: the high half h >= t iff the word >= t 2^16,
-// the low half l >= t iff (l 2^16 =) the word shifted up by 16 >= t 2^16.
-FA_HOST_DEVICE std::uint32_t keep_byte(const PhiloxWords& r, std::uint32_t threshold) {
-  const std::uint32_t t = threshold << 16;
-  // Each bit as a select of its own constant, ORed (no shifts of 0/1 values).
-  return ((r.x << 16) >= t ? 0x01u : 0u) | (r.x >= t ? 0x02u : 0u) | ((r.y << 16) >= t ? 0x04u : 0u) |
-         (r.y >= t ? 0x08u : 0u) | ((r.z << 16) >= t ? 0x10u : 0u) | (r.z >= t ? 0x20u : 0u) |
-         ((r.w << 16) >= t ? 0x40u : 0u) | (r.w >= t ? 0x80u : 0u);
-}
+// Dropout's keep test on the four bytes of a word at once (SWAR): kept_msbs(w) has bit 8 k + 7 set
+// iff byte k of w is >= threshold (< 256), and no other bit. With H = 0x80808080 and t the
+// threshold, D = (w | H) - (t mod 128 in every byte) never borrows across bytes, and D's byte k
+// has its top bit set iff (byte k mod 128) >= t mod 128. Byte k >= t is then: for t < 128, that
+// or byte k's own top bit (D | w); for t >= 128, that and byte k's own top bit (D & w). Both are
+// the majority of (D, w, Y) with Y all ones or all zeros: two logic instructions and an add.
+struct ByteKeepTest {
+  static constexpr std::uint32_t kTopBits = 0x80808080u;
+  std::uint32_t low;  // t mod 128 in every byte
+  std::uint32_t any;  // t < 128: all ones (D | w); else 0 (D & w)
+
+  FA_HOST_DEVICE explicit ByteKeepTest(std::uint32_t threshold)
+      : low((threshold & 0x7fu) * 0x01010101u), any(threshold < 128u ? 0xffffffffu : 0u) {}
+
+  FA_HOST_DEVICE std::uint32_t kept_msbs(std::uint32_t w) const {
+    const std::uint32_t d = (w | kTopBits) - low;
+    return ((d & w) | (d & any) | (w & any)) & kTopBits;
+  }
+};
 
 }  // namespace flashattn::detail

@@ -1,6 +1,6 @@
 #pragma once
-// Dropout on the CPU: the random stream of common/philox.hpp, a 16 x 16 block of the score
-// matrix at a time (32 Philox calls give its 256 values), written as keep factors
+// Dropout on the CPU: the random stream of common/philox.hpp, a 16 x 32 block of the score
+// matrix at a time (32 Philox calls give its 512 bytes), written as keep factors
 // (1 / (1 - p) or 0) into the fast path's transposed score tiles.
 #include <algorithm>
 #include <cstdint>
@@ -26,16 +26,16 @@ struct DropoutStream {
         heads_q(p.heads_q),
         enabled(p.dropout.enabled()) {}
 
-  // values[ri][cj]: the 16-bit values of block (i16, j16) of the score matrix of (b, h).
-  void block(int b, int h, int i16, int j16, std::uint16_t (&values)[16][16]) const {
+  // values[ri][cj]: the bytes of block (i16, j32) of the score matrix of (b, h).
+  void block(int b, int h, int i16, int j32, std::uint8_t (&values)[16][32]) const {
     for (int lane = 0; lane < 32; ++lane) {
       const detail::PhiloxWords r =
-          detail::philox4x32_10(seed, detail::dropout_counter(offset, b, heads_q, h, lane, i16, j16));
+          detail::dropout_philox(seed, detail::dropout_counter(offset, b, heads_q, h, lane, i16, j32));
       const std::uint32_t words[4] = {r.x, r.y, r.z, r.w};
       for (int w = 0; w < 4; ++w)
-        for (int half = 0; half < 2; ++half) {
-          const int ri = (lane >> 2) + 8 * (w & 1), cj = 2 * (lane & 3) + half + 8 * (w >> 1);
-          values[ri][cj] = std::uint16_t(half ? words[w] >> 16 : words[w] & 0xffffu);
+        for (int k = 0; k < 4; ++k) {
+          const int ri = (lane >> 2) + 8 * (k >> 1), cj = 8 * w + 2 * (lane & 3) + (k & 1);
+          values[ri][cj] = std::uint8_t(words[w] >> (8 * k));
         }
     }
   }
@@ -44,17 +44,17 @@ struct DropoutStream {
   // (the transposed tiles of the fast path); 0 for padding rows m >= rows.
   template <int kRows>
   void factors(int b, int h, int row0, int rows, int key0, int keys, float* z) const {
-    std::uint16_t values[16][16];
+    std::uint8_t values[16][32];
     for (int n = 0; n < keys; ++n) std::fill_n(z + std::int64_t(n) * kRows + rows, kRows - rows, 0.0f);
     for (int i16 = row0 >> 4; i16 <= (row0 + rows - 1) >> 4; ++i16)
-      for (int j16 = key0 >> 4; j16 <= (key0 + keys - 1) >> 4; ++j16) {
-        block(b, h, i16, j16, values);
+      for (int j32 = key0 >> 5; j32 <= (key0 + keys - 1) >> 5; ++j32) {
+        block(b, h, i16, j32, values);
         const int i_begin = std::max(row0, i16 * 16), i_end = std::min(row0 + rows, i16 * 16 + 16);
-        const int j_begin = std::max(key0, j16 * 16), j_end = std::min(key0 + keys, j16 * 16 + 16);
+        const int j_begin = std::max(key0, j32 * 32), j_end = std::min(key0 + keys, j32 * 32 + 32);
         for (int j = j_begin; j < j_end; ++j) {
           float* z_row = z + std::int64_t(j - key0) * kRows;
           for (int i = i_begin; i < i_end; ++i)
-            z_row[i - row0] = values[i & 15][j & 15] >= threshold ? keep_scale : 0.0f;
+            z_row[i - row0] = values[i & 15][j & 31] >= threshold ? keep_scale : 0.0f;
         }
       }
   }

@@ -359,7 +359,7 @@ std::vector<Case> shared_cases(TableFor backend) {
     }
   }
   // Dropout (common/philox.hpp): the reference drops the same entries for the same seed and
-  // offset. Odd sizes cut 16 x 16 random blocks and tiles at every edge; GQA, windows and
+  // offset. Odd sizes cut 16 x 32 random blocks and tiles at every edge; GQA, windows and
   // variable length move (batch, head, row, key) away from the tile grid; a padded layout and
   // seqlen_q > seqlen_k with causal leave rows that see nothing.
   {

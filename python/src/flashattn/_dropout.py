@@ -2,11 +2,10 @@
 
 The stream is the one of the C++ library (src/common/philox.hpp): element (b, h, i, j) of the
 score matrix (sequence b, query head h, query row i and key j from the sequence's start) lies in
-16 x 16 block (i // 16, j // 16) and belongs to lane (i % 8) * 4 + (j % 8) // 2 of it; the lane's
-Philox4x32-10 call (key = seed, counter = (offset + (b * nheads + h) * 32 + lane as two 32-bit
-words, i // 16, j // 16)) gives 8 16-bit values, value (j % 16 // 8) * 4 + (i % 16 // 8) * 2 + j % 2
-being the element's; it is kept iff value >= round(p * 65536) (at most 65535). Written again
-here, in vectorized int64 arithmetic on any device, so that Python can decode the mask the
+16 x 32 block (i // 16, j // 32) and belongs to lane (i % 8) * 4 + (j % 8) // 2 of it; the lane's
+Philox4x32-7 call (key = seed, counter = (offset + (b * nheads + h) * 32 + lane as two 32-bit
+words, i // 16, j // 32)) gives 16 bytes, byte (i % 16 // 8) * 2 + j % 2 of word j % 32 // 8 being
+the element's; it is kept iff byte >= round(p * 256) (at most 255). Written again here, in vectorized int64 arithmetic on any device, so that Python can decode the mask the
 kernels applied (and tests can check the two against each other).
 """
 import math
@@ -31,10 +30,13 @@ def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:
     return high & _MASK32, low
 
 
-def philox4x32_10(seed: int, c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor) -> tuple[Tensor, ...]:
-    """Philox4x32-10 of counters (c0, c1, c2, c3) (int64 tensors of 32-bit values) under `seed`."""
+ROUNDS = 7  # dropout's stream: Philox4x32-7
+
+
+def philox4x32(seed: int, c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, rounds: int = ROUNDS) -> tuple[Tensor, ...]:
+    """Philox4x32-`rounds` of counters (c0, c1, c2, c3) (int64 tensors of 32-bit values) under `seed`."""
     k0, k1 = seed & _MASK32, (seed >> 32) & _MASK32
-    for _ in range(10):
+    for _ in range(rounds):
         hi0, lo0 = _mulhilo(c0, _M0)
         hi1, lo1 = _mulhilo(c2, _M1)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
@@ -43,28 +45,29 @@ def philox4x32_10(seed: int, c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor) -> 
 
 
 def threshold(dropout_p: float) -> int:
-    """The 16-bit keep threshold of dropout_p, from its float32 value as the C++ API holds it."""
+    """The 8-bit keep threshold of dropout_p, from its float32 value as the C++ API holds it."""
     p32 = torch.tensor(dropout_p, dtype=torch.float32).item()
-    return min(65535, int(math.floor(p32 * 65536.0 + 0.5)))
+    return min(255, int(math.floor(p32 * 256.0 + 0.5)))
 
 
 def keep_masks(seed: int, offset: int, streams: Tensor, rows: int, cols: int, dropout_p: float) -> Tensor:
     """(len(streams), rows, cols) bool: the entries that dropout keeps in each stream
     s = batch_index * nheads + head (an int64 tensor on the device to compute on)."""
     n, device = streams.numel(), streams.device
-    i16, j16 = (rows + 15) // 16, (cols + 15) // 16
+    i16, j32 = (rows + 15) // 16, (cols + 31) // 32
     lane = torch.arange(32, dtype=torch.int64, device=device).view(1, 1, 1, 32)
     linear = offset + streams.view(n, 1, 1, 1) * 32 + lane  # < 2^63: offsets are drawn < 2^62
-    shape = (n, i16, j16, 32)
+    shape = (n, i16, j32, 32)
     c0 = (linear & _MASK32).expand(shape)
     c1 = (linear >> 32).expand(shape)
     c2 = torch.arange(i16, dtype=torch.int64, device=device).view(1, i16, 1, 1).expand(shape)
-    c3 = torch.arange(j16, dtype=torch.int64, device=device).view(1, 1, j16, 1).expand(shape)
-    words = torch.stack(philox4x32_10(seed, c0, c1, c2, c3), dim=-1)  # (S, I16, J16, 32, word)
-    halves = torch.stack((words & 0xFFFF, words >> 16), dim=-1)  # (S, I16, J16, 32, word, half)
-    # lane = a * 4 + t; word = column half * 2 + row half; element (a + 8 * row half, 2t + half + 8 * column half).
-    values = halves.view(n, i16, j16, 8, 4, 2, 2, 2)  # (S, I16, J16, a, t, column half, row half, half)
-    values = values.permute(0, 1, 6, 3, 2, 5, 4, 7).reshape(n, i16 * 16, j16 * 16)
+    c3 = torch.arange(j32, dtype=torch.int64, device=device).view(1, 1, j32, 1).expand(shape)
+    words = torch.stack(philox4x32(seed, c0, c1, c2, c3), dim=-1)  # (S, I16, J32, 32, word)
+    shifts = torch.arange(0, 32, 8, dtype=torch.int64, device=device)
+    bytes_ = (words.unsqueeze(-1) >> shifts) & 0xFF  # (S, I16, J32, 32, word, byte)
+    # lane = a * 4 + t; byte = row half * 2 + column parity; element (a + 8 * row half, 8 * word + 2t + parity).
+    values = bytes_.view(n, i16, j32, 8, 4, 4, 2, 2)  # (S, I16, J32, a, t, word, row half, parity)
+    values = values.permute(0, 1, 6, 3, 2, 5, 4, 7).reshape(n, i16 * 16, j32 * 32)
     return (values >= threshold(dropout_p))[:, :rows, :cols]
 
 
@@ -116,7 +119,7 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
     # a group's Philox calls under 2^22 (a few 128 MB int64 tensors at a time). One (sequence,
     # head) at a time cost a few dozen small kernels each, which ran flash-attn's race-condition
     # test (250 calls of 60 sequences x 4 heads) into its time limit.
-    calls_per_head = ((rows_max + 15) // 16) * ((cols_max + 15) // 16) * 32
+    calls_per_head = ((rows_max + 15) // 16) * ((cols_max + 31) // 32) * 32
     group_size = 1 if varlen else max(1, (1 << 22) // (calls_per_head * nheads))
     for b0 in range(0, batch, group_size):
         b1 = min(batch, b0 + group_size)
@@ -152,7 +155,7 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
         probs = torch.cat([torch.exp(blk - running[..., n : n + 1]) for n, blk in enumerate(blocks)], dim=-1)
         streams = (torch.arange(b0, b1, dtype=torch.int64, device=q.device).view(-1, 1) * nheads +
                    torch.arange(nheads, dtype=torch.int64, device=q.device)).view(-1)
-        per_head = ((rows + 15) // 16) * ((cols + 15) // 16) * 32
+        per_head = ((rows + 15) // 16) * ((cols + 31) // 32) * 32
         chunk = max(1, (1 << 22) // per_head)
         keep = torch.cat([keep_masks(seed, offset, streams[c : c + chunk], rows, cols, dropout_p)
                           for c in range(0, streams.numel(), chunk)]).view(b1 - b0, nheads, rows, cols)

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const bool accumulate_dq = kAccumulateDq && (!kExtras || p.dq_accum != nullptr);
   if (dropout) dropout_rng = DropoutStream::load(p.dropout, p.heads_q);
   // The S/dP warps sit side by side along the keys unless there is one column of them.
-  constexpr bool kPairedTiles = kDropoutPairedTiles<Traits::kWarps / Traits::kSdPWarpsM>;
+  constexpr bool kConsecutiveTiles = kDropoutConsecutiveTiles<Traits::kWarps / Traits::kSdPWarpsM>;
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     Tensor dp_rc = rowcol_view(acc_dp);
     [[maybe_unused]] DropoutBits<decltype(size(acc_s))::value> keep;
     if (dropout) {
-      keep.template draw<kPairedTiles>(acc_s, s_coords_acc, dropout_rng, b, head, row0, key0);
+      keep.template draw<kConsecutiveTiles>(acc_s, s_coords_acc, dropout_rng, b, head, row0, key0);
       keep.scale(acc_dp, p.dropout.keep_scale);  // dP z
     }
     if (alibi)

@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(Traits::kThreads)
     Tensor s_rc = rowcol_view(acc_s);
     Tensor dp_rc = rowcol_view(acc_dp);
     if (dropout)  // dS = P (dP z - D): z = keep / (1 - p) on dP; warps along rows only
-      apply_dropout_scaled<kDropoutPairedTiles<1>>(acc_dp, s_coords_acc, dropout_rng, b, head, row0, key0,
-                                                   p.dropout.keep_scale);
+      apply_dropout_scaled<kDropoutConsecutiveTiles<1>>(acc_dp, s_coords_acc, dropout_rng, b, head, row0, key0,
+                                                        p.dropout.keep_scale);
     if (alibi)
       scores_to_gradients<kMasked, kSoftcap>(s_rc, dp_rc, s_coords, lse_log2, delta, transform, mask, key0,
                                              alibi_rows<kRows>(p.alibi, b, head, s_coords, row0, seq.len_q, seq.len_k));

@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
 
     if (warp_has_rows) {
       softmax.step(scores, acc_o_rc, params.scale_log2, tile == blk.tiles.end - 1);
-      if constexpr (kDropout)  // the forward's warps span the tile's keys: n8 tiles come in pairs
+      if constexpr (kDropout)  // the forward's warps span the tile's keys from a multiple of 32
         apply_dropout<true>(acc_s, score_coords_acc, dropout_rng, blk.batch, blk.head_block, blk.row0,
                             tile * kBlockN);
       Tensor p = convert_fragment<Element>(acc_s);

@@ -5,9 +5,9 @@
 //    S = Q K^T is issued, while the warpgroup would otherwise only wait for it: the bits depend
 //    on coordinates alone, not on S;
 //  - zero_dropped: after the softmax step, one select per element.
-// The random stream is common/philox.hpp's, drawn as common/dropout.cuh's visit_dropout does for
-// paired n8 tiles (one Philox4x32-10 call per 16 x 16 block, its 8 16-bit values in the lane's
-// register order), so the same entries are dropped as by every other backend.
+// The random stream is common/philox.hpp's: one Philox call per 16 x 32 block gives the lane's
+// 16 bytes, word q for the block's n8 tile q, so the same entries are dropped as by every other
+// backend.
 //
 // Why: drawn between the softmax step and P = bf16(S) (2026-11-26, H100, d = 128, n = 4k), the
 // Philox calls lay on the warpgroup's chain (S done -> softmax -> P -> next turn's P.V), which
@@ -22,11 +22,20 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The keep bits of one key block: bit k + 4 n for element (k, 0, n) of the thread's S fragment
-// seen as m16n8 tiles (gmma_as_m16n8: (4, 1, kBlockN / 8)); coords: the same view of an identity
-// tensor over the tile (row, key); row0: the tile's first query row, key0 the block's first key
-// (in the sequence); batch_head: b * heads_q + h (the stream's counter, passed as batch with
-// heads_q 1 and head 0).
+// A block's keep bits: element (k, 0, n) of the thread's S fragment seen as m16n8 tiles
+// (gmma_as_m16n8: (4, 1, kBlockN / 8)) is bit 8 k + n % 8 of 32-bit half n / 8. That order costs
+// one shift and one masked OR per word of a call (each word's keep tests come out as the top bits
+// of its four bytes, common/philox_row.hpp's ByteKeepTest).
+CUTE_DEVICE constexpr int keep_bit(int k, int n) { return 32 * (n / 8) + 8 * k + n % 8; }
+
+// The keep bits of one key block (keep_bit's order); coords: the same view of an identity tensor
+// over the tile (row, key); row0: the tile's first query row, key0 the block's first key (in the
+// sequence); batch_head: b * heads_q + h (the stream's counter, passed as batch with heads_q 1
+// and head 0).
+//
+// The lane's calls cover 32-key windows of the sequence. A block whose width is not a multiple of
+// 32 (112 keys at d = 192, 80 at d = 256) starts every other time 16 keys into a window: the
+// windows then start 16 keys earlier, and the bits move down by two tiles at the end.
 //
 // The stream's parameters are read here (DropoutStream::load_here) rather than held across the
 // mainloop, and the calls run kInFlight at a time in a loop that is not unrolled: the consumers
@@ -37,32 +46,52 @@ CUTE_DEVICE std::uint64_t draw_keep_bits(const detail::DropoutParams& d, const C
   using namespace cute;
   static_assert(decltype(size<1>(coords))::value == 1, "one 16-row slice per thread: a warpgroup's 64 rows");
   constexpr int kN = decltype(size<2>(coords))::value;  // n8 tiles of the block
-  static_assert(kN % 2 == 0 && kN <= 16, "n8 tiles in aligned pairs (a wgmma spans the block), 64 bits");
-  constexpr int kPairs = kN / 2;
+  static_assert(kN % 2 == 0, "blocks of whole 16-key steps");
+  constexpr bool kMayStartMidWindow = kN % 4 != 0;
+  constexpr int kWindows = (kN + (kMayStartMidWindow ? 2 : 0) + 3) / 4;
+  static_assert(kWindows <= 4, "64 bits: at most 16 n8 tiles of windows");
   const DropoutStream rng = DropoutStream::load_here(d, 1);
-  // Tile n holds keys key + 8 n (a wgmma accumulator's n8 tiles are consecutive): pair q is the
-  // 16 x 16 block of keys key + 16 q.
+  const detail::ByteKeepTest test(rng.threshold);
   const int i = row0 + get<0>(coords(0, 0, 0)), key = key0 + get<1>(coords(0, 0, 0));
-  // One lane's calls along its row of 16 x 16 blocks: the counter's first three words are
-  // fixed, so the rounds' work that does not depend on the fourth (j / 16) is done once
+  const int first_window = key0 >> 5;
+  // One lane's calls along its row of 16 x 32 blocks: the counter's first three words are
+  // fixed, so the rounds' work that does not depend on the fourth (j / 32) is done once
   // (common/philox_row.hpp).
   const detail::PhiloxWords counter =
       detail::dropout_counter(rng.offset, batch_head, 1, 0, detail::dropout_lane(i, key), i >> 4, 0);
-  const detail::PhiloxRow philox(rng.seed, counter.x, counter.y, counter.z);
-  auto draw_byte = [&](int pair) {
-    return detail::keep_byte(philox(std::uint32_t((key >> 4) + pair)), rng.threshold);
+  const detail::PhiloxRow<> philox(rng.seed, counter.x, counter.y, counter.z);
+  // Window c's 16 bits at keep_bit's places within its 32-bit half (window tiles 4 (c % 2) + q).
+  auto draw_window = [&](int c) {
+    const detail::PhiloxWords r = philox(std::uint32_t(first_window + c));
+    const std::uint32_t words[4] = {r.x, r.y, r.z, r.w};
+    std::uint32_t bits = 0;
+    CUTE_UNROLL
+    for (int q = 0; q < 4; ++q) {
+      const int down = 7 - (4 * (c & 1) + q);  // bit 8 k + 7 -> 8 k + tile % 8
+      bits |= (test.kept_msbs(words[q]) >> down) & (detail::ByteKeepTest::kTopBits >> down);
+    }
+    return bits;
   };
   std::uint64_t bits = 0;
-  constexpr int kRolledPairs = kPairs / kInFlight * kInFlight;
+  constexpr int kRolled = kWindows / kInFlight * kInFlight;
+  static_assert(kInFlight == 1 || kInFlight == 2, "windows 2w and 2w + 1 share a 32-bit half");
 #pragma unroll 1
-  for (int pair = 0; pair < kRolledPairs; pair += kInFlight) {
-    std::uint32_t bytes = 0;
+  for (int c = 0; c < kRolled; c += kInFlight) {
+    std::uint32_t half = 0;
     CUTE_UNROLL
-    for (int u = 0; u < kInFlight; ++u) bytes |= draw_byte(pair + u) << (8 * u);
-    bits |= std::uint64_t(bytes) << (8 * pair);
+    for (int u = 0; u < kInFlight; ++u) half |= draw_window(c + u);
+    bits |= std::uint64_t(half) << (32 * (c >> 1));
   }
   CUTE_UNROLL
-  for (int pair = kRolledPairs; pair < kPairs; ++pair) bits |= std::uint64_t(draw_byte(pair)) << (8 * pair);
+  for (int c = kRolled; c < kWindows; ++c) bits |= std::uint64_t(draw_window(c)) << (32 * (c >> 1));
+  if constexpr (kMayStartMidWindow) {
+    if (key0 & 16) {  // tile n is window tile n + 2: in every byte, bits down by two
+      const std::uint32_t lo = std::uint32_t(bits), hi = std::uint32_t(bits >> 32);
+      const std::uint32_t new_lo = ((lo >> 2) & 0x3f3f3f3fu) | ((hi << 6) & 0xc0c0c0c0u);
+      const std::uint32_t new_hi = (hi >> 2) & 0x3f3f3f3fu;
+      bits = (std::uint64_t(new_hi) << 32) | new_lo;
+    }
+  }
   return bits;
 }
 
@@ -72,11 +101,14 @@ CUTE_DEVICE void zero_dropped(Acc& acc, std::uint64_t bits) {
   using namespace cute;
   static_assert(decltype(size<0>(acc))::value == 4 && decltype(size<1>(acc))::value == 1);
   constexpr int kN = decltype(size<2>(acc))::value;
+  // In the bits' order (consecutive bits: runs of R2P predicates).
   CUTE_UNROLL
-  for (int n = 0; n < kN; ++n)
+  for (int half = 0; half < (kN + 7) / 8; ++half)
     CUTE_UNROLL
     for (int k = 0; k < 4; ++k)
-      if (!((bits >> (4 * n + k)) & 1u)) acc(k, 0, n) = 0.0f;
+      CUTE_UNROLL
+      for (int n = 8 * half; n < 8 * half + 8 && n < kN; ++n)
+        if (!((bits >> keep_bit(k, n)) & 1u)) acc(k, 0, n) = 0.0f;
 }
 
 }  // namespace flashattn::cuda::sm90
