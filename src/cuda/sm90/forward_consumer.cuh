@@ -76,6 +76,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
+  static_assert(!kDropout || Traits::kConsumerWarpGroups == 2, "dropout runs on 128-row tiles (run_forward)");
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
@@ -251,8 +252,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     // issued (the warpgroup would only wait for S), then applied after its softmax step.
     auto draw_keep = [&](int block) -> std::uint64_t {
       if constexpr (kDropout)
-        return draw_keep_bits<Traits::kConsumerWarpGroups == 3 ? 1 : 2>(p.dropout, drop_coords, tile_batch_head,
-                                                                        tile_row0, block * kBlockN);
+        return draw_keep_bits(p.dropout, drop_coords, tile_batch_head, tile_row0, block * kBlockN);
       else
         return 0;
     };

@@ -38,9 +38,9 @@ CUTE_DEVICE constexpr int keep_bit(int k, int n) { return 32 * (n / 8) + 8 * k +
 // windows then start 16 keys earlier, and the bits move down by two tiles at the end.
 //
 // The stream's parameters are read here (DropoutStream::load_here) rather than held across the
-// mainloop, and the calls run kInFlight at a time in a loop that is not unrolled: the consumers
-// have few registers to spare while S, O, P (and Q up to d = 128) are live.
-template <int kInFlight = 2, class Coords>
+// mainloop, and the calls run two at a time in a loop that is not unrolled: the consumers have few
+// registers to spare while S, O, P (and Q up to d = 128) are live.
+template <class Coords>
 CUTE_DEVICE std::uint64_t draw_keep_bits(const detail::DropoutParams& d, const Coords& coords, int batch_head,
                                          int row0, int key0) {
   using namespace cute;
@@ -73,8 +73,8 @@ CUTE_DEVICE std::uint64_t draw_keep_bits(const detail::DropoutParams& d, const C
     return bits;
   };
   std::uint64_t bits = 0;
+  constexpr int kInFlight = 2;  // windows 2w and 2w + 1: one 32-bit half of the mask
   constexpr int kRolled = kWindows / kInFlight * kInFlight;
-  static_assert(kInFlight == 1 || kInFlight == 2, "windows 2w and 2w + 1 share a 32-bit half");
 #pragma unroll 1
   for (int c = 0; c < kRolled; c += kInFlight) {
     std::uint32_t half = 0;
