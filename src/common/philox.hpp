@@ -32,7 +32,7 @@
 // lanes hold 16-key slices, draw the call of the block that contains their slice and use half
 // of it (the sm80 backward's warps with keys interleaved at 8 columns: a quarter). Until
 // 2026-11-27 the stream was Philox4x32-10 with one call per 8 elements (16-bit values): the
-// sm90 forward with dropout took 1.92x its time without at d = 128 (docs/log/sm90-forward.md).
+// sm90 forward with dropout took 1.92-1.97x its time without at d = 128 (docs/log/sm90-forward.md).
 // A caller that advances the offset by batch * heads_q * 32 per call never reuses a counter.
 #include <cstdint>
 
