@@ -57,7 +57,8 @@ struct AttentionOptions {
   int max_seqlen_q = 0;  // required with cu_seqlens: the longest sequence
   int max_seqlen_k = 0;
   // Dropout on the attention probabilities: each entry of P is dropped with probability
-  // dropout_p (in [0, 1); 0 = off) and the kept ones are scaled by 1 / (1 - dropout_p), for the
+  // round(256 dropout_p) / 256 (dropout_p in [0, 1); 0 = off; one random byte an entry, as
+  // flash-attn draws it) and the kept ones are scaled by 1 / (1 - dropout_p), for the
   // P V product only (the LSE is that of the undropped scores). Which entries drop is a pure
   // function of (dropout_seed, dropout_offset, sequence, query head, query row, key), the same
   // on every backend (src/common/philox.hpp); the backward must get the forward's values.
