@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 _MASK32 = 0xFFFFFFFF
+_CALLS_AT_ONCE = 1 << 21  # Philox calls decoded at a time by attn_probs (16 int64 bytes each: 256 MB)
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 
@@ -116,11 +117,11 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
         right = 0
     block_n = _flash_attn_block_n(head_dim)
     # Sequences in groups: one at a time under variable length; for fixed length, as many as keep
-    # a group's Philox calls under 2^22 (a few 128 MB int64 tensors at a time). One (sequence,
-    # head) at a time cost a few dozen small kernels each, which ran flash-attn's race-condition
-    # test (250 calls of 60 sequences x 4 heads) into its time limit.
+    # a group's Philox calls under _CALLS_AT_ONCE. One (sequence, head) at a time cost a few dozen
+    # small kernels each, which ran flash-attn's race-condition test (250 calls of 60 sequences x
+    # 4 heads) into its time limit.
     calls_per_head = ((rows_max + 15) // 16) * ((cols_max + 31) // 32) * 32
-    group_size = 1 if varlen else max(1, (1 << 22) // (calls_per_head * nheads))
+    group_size = 1 if varlen else max(1, _CALLS_AT_ONCE // (calls_per_head * nheads))
     for b0 in range(0, batch, group_size):
         b1 = min(batch, b0 + group_size)
         if varlen:
@@ -156,7 +157,7 @@ def attn_probs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_
         streams = (torch.arange(b0, b1, dtype=torch.int64, device=q.device).view(-1, 1) * nheads +
                    torch.arange(nheads, dtype=torch.int64, device=q.device)).view(-1)
         per_head = ((rows + 15) // 16) * ((cols + 31) // 32) * 32
-        chunk = max(1, (1 << 22) // per_head)
+        chunk = max(1, _CALLS_AT_ONCE // per_head)
         keep = torch.cat([keep_masks(seed, offset, streams[c : c + chunk], rows, cols, dropout_p)
                           for c in range(0, streams.numel(), chunk)]).view(b1 - b0, nheads, rows, cols)
         out[b0:b1, :, :rows, :cols] = torch.where(keep, probs, -probs).to(q.dtype)
