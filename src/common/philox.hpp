@@ -24,7 +24,7 @@
 // The element is kept iff its byte is >= threshold = round(p * 256) (at most 255): the keep
 // probability is (256 - threshold) / 256, p to within 2^-9, as flash-attn 2 draws it (one byte an
 // element, 16 elements a call). Kept entries are scaled by 1 / (1 - p), as flash-attn does.
-// The generator runs 7 rounds (Philox4x32-7), flash-attn 2's choice too; Random123 publishes
+// The generator has 7 rounds (Philox4x32-7), flash-attn 2's choice too; Random123 publishes
 // known-answer vectors for it (tests/test_dropout.cpp checks them).
 //
 // Why this layout: a lane of every forward kernel holds a 16-row slice of a tile across all its
