@@ -24,17 +24,19 @@ using cuda::sm90::query_block_rows;
 constexpr int kSms = 132;  // H100 SXM / H200
 
 TEST(Sm90TileChoice, TallTilesAtSmallHeadDimsWhenTheyTakeFewerWaves) {
-  EXPECT_EQ(query_block_rows(128, 4096, 1024, kSms), 128);
-  EXPECT_EQ(query_block_rows(256, 192, 1024, kSms), 128);
+  EXPECT_EQ(query_block_rows(128, 4096, 1024, kSms, false), 128);
+  EXPECT_EQ(query_block_rows(256, 192, 1024, kSms, false), 128);
   // 16k tokens, 32 heads: 32 waves of 128-row tiles against 24 of 192-row ones (also causal:
   // 1152 padded rows against 1024 ran 4% faster, docs/log/sm90-forward.md, 2026-11-25).
-  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms), 192);
-  EXPECT_EQ(query_block_rows(64, 512, 32 * 32, kSms), 192);  // 16 against 12 waves
-  EXPECT_EQ(query_block_rows(64, 16384, 32, kSms), 192);
+  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, false), 192);
+  EXPECT_EQ(query_block_rows(64, 512, 32 * 32, kSms, false), 192);  // 16 against 12 waves
+  EXPECT_EQ(query_block_rows(64, 16384, 32, kSms, false), 192);
   // As many waves either way: the shorter tile.
-  EXPECT_EQ(query_block_rows(64, 1024, 2 * 16, kSms), 128);  // 2 waves each
-  EXPECT_EQ(query_block_rows(64, 2048, 8, kSms), 128);       // 1 wave each
-  EXPECT_EQ(query_block_rows(64, 1, 1024, kSms), 128);
+  EXPECT_EQ(query_block_rows(64, 1024, 2 * 16, kSms, false), 128);  // 2 waves each
+  EXPECT_EQ(query_block_rows(64, 2048, 8, kSms, false), 128);       // 1 wave each
+  EXPECT_EQ(query_block_rows(64, 1, 1024, kSms, false), 128);
+  // Dropout: always 128 rows (there is no 192-row dropout kernel).
+  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, true), 128);
 }
 
 long long tiles(const Case& c, int rows) {
@@ -42,7 +44,7 @@ long long tiles(const Case& c, int rows) {
 }
 
 int rows_for(const Case& c) {
-  return query_block_rows(c.head_dim, c.seqlen_q, (long long)c.heads_q * c.batch, kSms);
+  return query_block_rows(c.head_dim, c.seqlen_q, (long long)c.heads_q * c.batch, kSms, c.dropout_p > 0);
 }
 
 TEST(Sm90TileChoice, SharedTableRunsEveryTileHeightOverManyTiles) {

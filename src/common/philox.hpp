@@ -118,11 +118,14 @@ FA_HOST_DEVICE std::uint32_t word_of(const PhiloxWords& r, int w) {
   return w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
 }
 
+// Byte k (0 low) of a word: an element's random value.
+FA_HOST_DEVICE std::uint32_t byte_of(std::uint32_t word, int k) { return (word >> (8 * k)) & 0xffu; }
+
 // The byte of one element (b, h, i, j): one whole Philox call, for the CPU and tests.
 FA_HOST_DEVICE std::uint32_t dropout_value(std::uint64_t seed, std::uint64_t offset, int b, int heads_q, int h,
                                            int i, int j) {
   const PhiloxWords r = dropout_philox(seed, dropout_counter(offset, b, heads_q, h, dropout_lane(i, j), i >> 4, j >> 5));
-  return (word_of(r, dropout_word(j)) >> (8 * dropout_byte(i, j))) & 0xffu;
+  return byte_of(word_of(r, dropout_word(j)), dropout_byte(i, j));
 }
 
 FA_HOST_DEVICE bool dropout_keeps(const DropoutParams& d, std::uint64_t seed, std::uint64_t offset, int b,

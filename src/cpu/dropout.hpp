@@ -35,7 +35,7 @@ struct DropoutStream {
       for (int w = 0; w < 4; ++w)
         for (int k = 0; k < 4; ++k) {
           const int ri = (lane >> 2) + 8 * (k >> 1), cj = 8 * w + 2 * (lane & 3) + (k & 1);
-          values[ri][cj] = std::uint8_t(words[w] >> (8 * k));
+          values[ri][cj] = std::uint8_t(detail::byte_of(words[w], k));
         }
     }
   }

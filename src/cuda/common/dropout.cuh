@@ -62,7 +62,7 @@ struct DropoutStream {
 
   // Whether byte k of `word` is kept.
   __device__ __forceinline__ bool keeps_byte(std::uint32_t word, int k) const {
-    return ((word >> (8 * k)) & 0xffu) >= threshold;
+    return detail::byte_of(word, k) >= threshold;
   }
 
   // Whether the value in 16-bit half `half` of `word` (a byte spread to 16 bits) is kept.

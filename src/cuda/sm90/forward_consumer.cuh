@@ -76,7 +76,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
-  static_assert(!kDropout || Traits::kConsumerWarpGroups == 2, "dropout runs on 128-row tiles (run_forward)");
+  static_assert(!kDropout || Traits::kConsumerWarpGroups == 2, "dropout runs on 128-row tiles (query_block_rows)");
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;

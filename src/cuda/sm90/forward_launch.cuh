@@ -226,12 +226,12 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
     launch_softmax_variant<Traits, Fp8ForwardSoftmax>(p, sm_count, l2_bytes);
   } else {
     // Dropout: one more kernel per (dtype, head dim), with the default softmax, on 128-row tiles
-    // only (run_forward).
+    // only (query_block_rows).
     if (p.dropout.enabled()) {
       if constexpr (Traits::kConsumerWarpGroups == 2)
         return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);
       else
-        throw Error(ErrorKind::runtime, "dropout_p", "dropout on 128-row tiles (run_forward picks them)",
+        throw Error(ErrorKind::runtime, "dropout_p", "dropout on 128-row tiles (query_block_rows picks them)",
                     "a 192-row tile");
     }
     launch_softmax_variant<Traits, ForwardSoftmax>(p, sm_count, l2_bytes);
@@ -254,11 +254,9 @@ void run_forward(const detail::ForwardProblem& p) {
       return launch_forward<ForwardTraits<Element, HeadDim, kRows>>(p, sm_count, l2_bytes);
     }
   };
-  // 192 rows (three consumer warpgroups) up to head dim 64, where they take fewer waves; not with
-  // dropout: 128-row tiles ran it level or faster (H100, 2026-11-27: 3-5% at n = 1k, within 1% at
-  // 4k and 16k; docs/log/sm90-forward.md), and it is one kernel fewer.
+  // 192 rows (three consumer warpgroups) up to head dim 64, where they take fewer waves.
   if constexpr (HeadDim <= 64) {
-    if (!p.dropout.enabled() && query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count) == 192)
+    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled()) == 192)
       return launch(std::integral_constant<int, 192>{});
   }
   launch(std::integral_constant<int, 128>{});
