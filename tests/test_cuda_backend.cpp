@@ -95,11 +95,6 @@ TEST_P(CudaBackend, Backward) {
 
 TEST_P(CudaBackend, DeterministicBackward) {
   if (!backward_built(test_case().head_dim, dtype())) GTEST_SKIP() << not_built("backward", test_case().head_dim, dtype());
-  // The sm90 backward orders its dQ adds only up to head dim 128 (src/cuda/sm90/api.hpp);
-  // unforced, wider head dims run the sm80 family's deterministic mode.
-  const char* forced = forced_family();
-  if (forced && std::strcmp(forced, "sm90") == 0 && test_case().head_dim > 128)
-    GTEST_SKIP() << "deterministic mode above head dim 128 is not in the sm90 family";
   expect_backward_ok(test_case(), dtype(), DeviceKind::cuda, true);
 }
 
@@ -217,27 +212,34 @@ TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
 
 // Causal and not, GQA, and columns (KV head, sequence) that do not fill the last group of the
 // sm90 backward's interleaved claim order (backward_tile.cuh): 15 columns of 11 query blocks.
+// Every built head dim: up to 128 the dQ writer warp orders the adds, at 192 and 256 the consumer
+// warpgroups do (src/cuda/sm90/backward_dq_turns.cuh).
 TEST(CudaDeterminism, DeterministicBackwardIsBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   struct Shape {
     int batch, hq, hkv, seqlen_q, seqlen_k;
   };
-  for (bool causal : {true, false}) {
-    for (Shape shape : {Shape{2, 8, 8, 700, 700}, Shape{2, 8, 1, 700, 700}, Shape{3, 5, 5, 700, 900}}) {
-      Case c;
-      c.batch = shape.batch;
-      c.heads_q = shape.hq;
-      c.heads_kv = shape.hkv;
-      c.seqlen_q = shape.seqlen_q;
-      c.seqlen_k = shape.seqlen_k;
-      c.head_dim = 128;
-      c.causal = causal;
-      if (!backward_built(c.head_dim, DType::bf16)) GTEST_SKIP() << not_built("backward", c.head_dim, DType::bf16);
-      EXPECT_TRUE(backward_is_reproducible(c, DType::bf16, DeviceKind::cuda, test_seed(), true))
-          << "b " << c.batch << ", heads " << c.heads_q << ":" << c.heads_kv << ", seqlen " << c.seqlen_q << "/"
-          << c.seqlen_k << ", causal " << causal;
+  int built = 0;
+  for (int head_dim : {64, 96, 128, 192, 256}) {
+    if (!backward_built(head_dim, DType::bf16)) continue;
+    ++built;
+    for (bool causal : {true, false}) {
+      for (Shape shape : {Shape{2, 8, 8, 700, 700}, Shape{2, 8, 1, 700, 700}, Shape{3, 5, 5, 700, 900}}) {
+        Case c;
+        c.batch = shape.batch;
+        c.heads_q = shape.hq;
+        c.heads_kv = shape.hkv;
+        c.seqlen_q = shape.seqlen_q;
+        c.seqlen_k = shape.seqlen_k;
+        c.head_dim = head_dim;
+        c.causal = causal;
+        EXPECT_TRUE(backward_is_reproducible(c, DType::bf16, DeviceKind::cuda, test_seed(), true))
+            << "d " << head_dim << ", b " << c.batch << ", heads " << c.heads_q << ":" << c.heads_kv << ", seqlen "
+            << c.seqlen_q << "/" << c.seqlen_k << ", causal " << causal;
+      }
     }
   }
+  if (built == 0) GTEST_SKIP() << "no bf16 backward in this build";
 }
 
 // The GPU drops exactly the entries the CPU backend drops for the same seed and offset

@@ -31,8 +31,7 @@ inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, b
 // sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
 // as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
 // V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores). Dropout and ALiBi
-// both ways (the backward not the two together). Deterministic mode in the backward up to head
-// dim 128.
+// both ways (the backward not the two together). Deterministic mode in the backward.
 // Pointers and strides must be 16-byte multiples (TMA's rule, and the plain loads' and stores'
 // 16-byte vectors), so the head dim a multiple of 8 (common/head_columns.cuh: `vectors`). The
 // forward runs a head dim below its kernel's width: the TMA views have the head dim's extent, so
@@ -54,15 +53,13 @@ inline bool supports_fp8_forward(const detail::ForwardProblem& p) {
 }
 
 // Whether the sm90 backward splits the head dim between its consumer warpgroups at this head dim
-// (backward_traits.cuh): their dK/dV no longer fit in registers otherwise. Those consumers add dQ
-// themselves, with no dQ writer warp to order the adds, so deterministic mode runs sm80 there.
+// (backward_traits.cuh): their dK/dV no longer fit in registers otherwise.
 constexpr bool backward_splits_head_dim(int head_dim) { return head_dim > 128; }
 
 inline bool supports_backward(const detail::BackwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.dout, true) && head_columns(p).vectors &&
-         !(p.dropout.enabled() && p.alibi.enabled()) &&  // no instance for the pair: sm80 runs it
-         !(p.deterministic && backward_splits_head_dim(p.head_dim));
+         !(p.dropout.enabled() && p.alibi.enabled());  // no instance for the pair: sm80 runs it
 }
 
 template <class Element, int HeadDim>

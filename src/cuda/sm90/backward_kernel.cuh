@@ -17,7 +17,9 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false>  // backward_consumer.cuh
+// kOrderedDq: deterministic mode at head dims 192 and 256 (backward_consumer_split.cuh); below, the
+// dQ writer warp orders the adds in every instance.
+template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int index = next_tile(); index < params.num_tiles; index = next_tile()) {
       const BackwardTile tile = backward_tile(params, index);
       if constexpr (Traits::kSplitHeadDim)
-        run_backward_consumer_split<Traits, kSoftcap, kDropout, kAlibi>(params, smem, tile, pipeline_q, pipeline_do,
+        run_backward_consumer_split<Traits, kSoftcap, kDropout, kAlibi, kOrderedDq>(params, smem, tile, pipeline_q, pipeline_do,
                                                                        state, kv_tiles, int(threadIdx.x) % 128,
                                                                        warp_group - 1);
       else

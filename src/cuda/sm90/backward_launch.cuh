@@ -85,7 +85,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   const std::size_t delta_at = plan.add<float>(stats_count);
   const std::size_t dq_count = std::size_t(dq_layout.elements(problem.heads_q));
   const std::size_t dq_at = plan.add<float>(dq_count);
-  const std::size_t semaphore_count = problem.deterministic ? std::size_t(problem.heads_q) * dq_layout.blocks_per_head : 0;
+  const std::size_t semaphore_count = problem.deterministic ? std::size_t(problem.heads_q) * dq_layout.blocks_per_head * Traits::kDqTurnSlices : 0;
   const std::size_t semaphore_at = plan.add<int>(semaphore_count);
   const std::size_t counter_at = plan.add<int>(1);
   const std::size_t partial_count = std::size_t(rows.head_splits) * rows.dense_rows_k * problem.heads_kv * HeadDim;
@@ -187,12 +187,20 @@ void run_backward(const detail::BackwardProblem& problem) {
   const dim3 main_grid(unsigned(std::min<long long>(tiles, sm_count)));
   if (tiles > 0) {
     // Instances: (softcap, ALiBi), ALiBi's keeping their registers out of the others', and dropout
-    // (without softcap: the dispatcher rejects the pair; with ALiBi it runs the sm80 backward).
-    auto run = [&](auto softcap, auto dropout, auto alibi) {
-      constexpr auto kernel =
-          &backward_kernel<Traits, decltype(softcap)::value, decltype(dropout)::value, decltype(alibi)::value>;
+    // (without softcap: the dispatcher rejects the pair; with ALiBi it runs the sm80 backward);
+    // at head dims 192 and 256 each again with the ordered dQ adds of deterministic mode, whose
+    // code would otherwise cost the default kernels registers (ptxas: 48 -> 64-68 bytes of spill
+    // stores at d = 256).
+    auto run_ordered = [&](auto softcap, auto dropout, auto alibi, auto ordered) {
+      constexpr auto kernel = &backward_kernel<Traits, decltype(softcap)::value, decltype(dropout)::value,
+                                               decltype(alibi)::value, decltype(ordered)::value>;
       allow_shared_memory<kernel>(Traits::kSmemBytes, problem.device_index);
       kernel<<<main_grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+    };
+    auto run = [&](auto softcap, auto dropout, auto alibi) {
+      if constexpr (Traits::kSplitHeadDim)
+        if (problem.deterministic) return run_ordered(softcap, dropout, alibi, std::true_type{});
+      run_ordered(softcap, dropout, alibi, std::false_type{});
     };
     using T = std::true_type;
     using F = std::false_type;

@@ -13,6 +13,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "cuda/sm90/backward_dq_turns.cuh"
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_tile.cuh"
 
@@ -107,20 +108,6 @@ CUTE_DEVICE void bulk_reduce_add(float* dst, float const* src, uint32_t bytes) {
                : "memory");
 }
 
-// Deterministic mode: waits until `*counter == expected` (acquire). A wrong expectation would
-// hang the GPU; a bounded wait turns that into a launch error instead.
-CUTE_DEVICE void wait_for_turn(int const* counter, int expected) {
-  int value, spins = 0;
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
-    if (value == expected) break;
-    if (++spins > (1 << 26)) __trap();
-    __nanosleep(64);
-  }
-  // Order this thread's coming bulk reduce-adds (async proxy) after the acquire.
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-
 // Deterministic mode: waits until this thread's bulk reduce-adds are complete in global memory,
 // then lets the next key block's CTA add its share. A release reduction rather than a fence and an
 // atomic: `__threadfence` is a sequentially consistent fence (MEMBAR.SC.GPU), stronger than this
@@ -155,10 +142,12 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     if (s == 0) release_staging();
     int* counter = nullptr;  // deterministic mode: this step's dQ block's
     if (p.dq_semaphore != nullptr) {
-      counter = p.dq_semaphore + std::int64_t(step.head) * p.dq_layout.blocks_per_head + block;
-      const KeyTileRange adders =
-          query_block_mask(t, p.window_left, p.window_right, step.m_block, Traits::kBlockM).tiles(Traits::kBlockN);
-      if (lane == 0) wait_for_turn(counter, adders.end - 1 - t.n_block);
+      counter = dq_turn_counter(p, step.head, block, 0);
+      if (lane == 0) {
+        wait_for_turn(counter, dq_turn_expected(p, t, step.m_block));
+        // Order this thread's coming bulk reduce-adds (async proxy) after the acquire.
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+      }
     }
 #pragma unroll
     for (int w = 0; w < kBuffers; ++w) {

@@ -23,6 +23,9 @@ enum BackwardBarrier : uint32_t {
   // adds to and then signals kBarrierDqFull0 (the staging is emptied through kBarrierDqEmpty0).
   kBarrierOwnDsWritten0 = 5,
   kBarrierDqStaged = 7,
+  // Head dim split, deterministic mode: consumer warpgroup w's threads around its dQ turn
+  // (backward_dq_turns.cuh): kBarrierDqTurn0 + w.
+  kBarrierDqTurn0 = 8,
 };
 
 struct BackwardTile {

@@ -62,6 +62,9 @@ struct BackwardTraits {
   static constexpr int kDqKeys = kDqOverOwnKeys ? kKeysPerWarpGroup : kBlockN;  // the dQ GEMM's depth
   static constexpr int kDqSlices = kHeadDim / kDqCols;  // column slices of a dQ block, a staging buffer each
   static_assert(kSplitHeadDim || kDqSlices == (kDqOverOwnKeys ? 1 : kConsumerWarpGroups));
+  // Deterministic mode's counters per dQ block (backward_dq_turns.cuh): one, which the dQ writer
+  // takes for every slice, or at 192 and 256 one per slice, each consumer warpgroup adding its own.
+  static constexpr int kDqTurnSlices = kSplitHeadDim ? kDqSlices : 1;
   // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
   // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
