@@ -10,15 +10,15 @@
 //      memory, issued in that order;
 //   4. adds dQ into the fp32 accumulator with 16-byte reductions (in the accumulator's fragment
 //      order, backward_traits.cuh) while dV and dK compute, and releases the step's Q and dO
-//      stages as they finish. In deterministic mode the warpgroup takes its turn for the block's
-//      half first, and passes it on at its next turn (backward_dq_turns.cuh).
+//      stages as they finish. In deterministic mode it adds only once the producer's turn keeper
+//      warp has taken the turn of its half of the block, and tells it when its reductions are
+//      issued (backward_producer.cuh).
 // P^T and dS^T have two stages: a warpgroup writes step s + 1's while the other may still read
 // step s's, and it reaches step s + 2's barrier only after finishing step s's GEMMs.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/sm90/backward_consumer.cuh"
-#include "cuda/sm90/backward_dq_turns.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -105,15 +105,9 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
   const int lowest_diff = p.window_left >= 0 ? shift - p.window_left : -(1 << 30);
   const int highest_diff = p.window_right >= 0 ? shift + p.window_right : (1 << 30);
   const std::int64_t first_dq_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
-  // Deterministic mode: the dQ turns of this warpgroup's half (backward_dq_turns.cuh).
-  [[maybe_unused]] const WarpgroupDqTurns dq_turns{thread, kBarrierDqTurn0 + uint32_t(warp_group)};
-  [[maybe_unused]] auto dq_turn_of_step = [&](int index) {
-    const BackwardTile::Step step = t.step(index);
-    return dq_turn_counter(p, step.head, first_dq_block + step.m_block, warp_group);
-  };
   if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
 
-  auto run_step = [&](int index, BackwardTile::Step step, auto masked) {
+  auto run_step = [&](BackwardTile::Step step, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     const int stage = state.index();
     const int row0 = step.m_block * kBlockM + query_skip;  // this warpgroup's first query row
@@ -158,16 +152,16 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
 
     // dQ into the accumulator: thread t's i-th group of 4 values at (i * 128 + t) * 4 of this
     // warpgroup's part of the block, as backward_dq_convert.cuh reads it.
-    const std::int64_t dq_block = first_dq_block + step.m_block;
-    float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, dq_block) + warp_group * Traits::kDqElems;
-    if constexpr (kOrderedDq)
-      dq_turns.take(dq_turn_counter(p, step.head, dq_block, warp_group), dq_turn_expected(p, t, step.m_block),
-                    index > 0 ? dq_turn_of_step(index - 1) : nullptr);
+    float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_dq_block + step.m_block) +
+                 warp_group * Traits::kDqElems;
+    constexpr int kKeeperThreads = 128 + 32;  // this warpgroup and the turn keeper warp
+    if constexpr (kOrderedDq) NamedBarrier::sync(kKeeperThreads, kBarrierDqTurnTaken0 + warp_group);
     constexpr int kVectors = decltype(size(acc_dq))::value / 4;
     CUTE_UNROLL
     for (int i = 0; i < kVectors; ++i)
       reduce_add_v4(dst + (i * 128 + thread) * 4, acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2),
                     acc_dq(4 * i + 3));
+    if constexpr (kOrderedDq) NamedBarrier::arrive(kKeeperThreads, kBarrierDqAdded0 + warp_group);
     warpgroup_wait<1>();  // dV done: dO is free
     pipeline_do.consumer_release(state);
     warpgroup_wait<0>();  // dK done: Q is free
@@ -180,13 +174,10 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     const BlockMask mask = query_block_mask(t, p.window_left, p.window_right, step.m_block, kBlockM);
     const bool full_rows = (step.m_block + 1) * kBlockM <= t.seq.len_q;
     if (!kAlibi && full_rows && mask.tile_fully_visible(t.n_block, kBlockN))
-      run_step(i, step, cute::false_type{});
+      run_step(step, cute::false_type{});
     else
-      run_step(i, step, cute::true_type{});
+      run_step(step, cute::true_type{});
   }
-
-  if constexpr (kOrderedDq)
-    if (t.steps > 0) dq_turns.pass(dq_turn_of_step(t.steps - 1));  // the last step's
 
   if (t.steps > 0) {  // K and V are read: the producer may load the next tile's
     cutlass::arch::ClusterBarrier::arrive(&smem.kv_free);

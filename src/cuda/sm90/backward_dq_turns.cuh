@@ -3,11 +3,11 @@
 // order, last to first (why that order: backward_producer.cuh). A counter per (query head, dQ
 // block [, column slice]) counts the key blocks that have added theirs; the key block that
 // `expected` blocks of the block's adders follow waits until the counter reaches it, adds, and
-// increments it. Who adds: the dQ writer warp (bulk reduce-adds from shared memory) up to head dim
-// 128, each consumer warpgroup for its half of the columns (reductions from registers) at 192
-// and 256 (backward_consumer_split.cuh).
+// increments it. The producer warpgroup's warp 1 takes and passes the turns
+// (backward_producer.cuh): up to head dim 128 it adds too (bulk reduce-adds from shared memory);
+// at 192 and 256 the consumer warpgroups add their halves of the columns from registers
+// (backward_consumer_split.cuh) between the keeper's signals.
 #include <cute/config.hpp>
-#include <cutlass/arch/barrier.h>
 
 #include "cuda/sm90/backward_tile.cuh"
 
@@ -40,31 +40,5 @@ CUTE_DEVICE void wait_for_turn(int const* counter, int expected) {
     __nanosleep(64);
   }
 }
-
-// A consumer warpgroup's turns (128 threads, named barrier `barrier`), around its reductions
-// (red.global.add, the generic proxy). A step's turn passes at the warpgroup's next turn or at the
-// end of its tile, not right after its reductions: the release waits until they are performed,
-// which at the L2's reduction rate took long enough to stall every step (measured, H200,
-// 2026-11-27: 0.63-0.74x the default mode when the turn passed at once). The turn held is not
-// kept in registers (they are short here: 100 bytes more spilled); the caller names it again.
-struct WarpgroupDqTurns {
-  int thread;
-  uint32_t barrier;
-
-  // Passes `held` (the previous step's turn, or null: its reductions, issued a step ago, are
-  // performed by now), then waits for `counter` to reach `expected`. The barriers order every
-  // thread's earlier reductions before the release and its coming ones after the acquire.
-  CUTE_DEVICE void take(int* counter, int expected, int* held) const {
-    pass(held);
-    if (thread == 0) wait_for_turn(counter, expected);
-    cutlass::arch::NamedBarrier::sync(128, barrier);
-  }
-  // Passes `held` on (release at GPU scope: a fence, then the increment).
-  CUTE_DEVICE void pass(int* held) const {
-    if (held == nullptr) return;
-    cutlass::arch::NamedBarrier::sync(128, barrier);
-    if (thread == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(held) : "memory");
-  }
-};
 
 }  // namespace flashattn::cuda::sm90

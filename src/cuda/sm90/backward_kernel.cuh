@@ -2,7 +2,8 @@
 // The sm90 backward kernel: sets up shared memory and barriers, then splits into the producer
 // warpgroup (warp 0: TMA loads; warp 1: dQ reduce-adds where the consumers stage dQ; few
 // registers) and the two consumer warpgroups (wgmma and the element-wise middle, many
-// registers; backward_consumer.cuh, or backward_consumer_split.cuh at head dims 192 and 256).
+// registers; backward_consumer.cuh, or backward_consumer_split.cuh at head dims 192 and 256, where
+// warp 1 only keeps deterministic mode's dQ turns).
 // Persistent: one CTA per SM takes tiles (blocks of keys, backward_tile.cuh) until none is left.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -17,8 +18,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-// kOrderedDq: deterministic mode at head dims 192 and 256 (backward_consumer_split.cuh); below, the
-// dQ writer warp orders the adds in every instance.
+// kOrderedDq: deterministic mode at head dims 192 and 256 (warp 1 keeps the consumers' dQ turns:
+// backward_producer.cuh); below, the dQ writer warp orders the adds in every instance.
 template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename PipelineTile::Params tile_params;
   tile_params.role = warp == 0 ? PipelineTile::ThreadCategory::Producer : PipelineTile::ThreadCategory::Consumer;
   tile_params.producer_arv_count = 1;
-  tile_params.consumer_arv_count = Traits::kTileReaders;
+  tile_params.consumer_arv_count = Traits::kTileReaders + (kOrderedDq ? 32 : 0);  // + the turn keeper
   tile_params.dst_blockid = 0;
   PipelineTile pipeline_tile(smem.pipeline_tile, tile_params);
   cutlass::arch::fence_barrier_init();
@@ -97,6 +98,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int index = next_tile(); index < params.num_tiles; index = next_tile())
         run_dq_writer(params, smem, backward_tile(params, index), lane);
       if (lane == 0) cute::tma_store_wait<0>();  // shared memory must outlive the last add's read
+    } else if (warp == 1 && kOrderedDq) {
+      for (int index = next_tile(); index < params.num_tiles; index = next_tile())
+        run_dq_turn_keeper(params, backward_tile(params, index), lane);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

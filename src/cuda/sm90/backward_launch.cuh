@@ -188,9 +188,9 @@ void run_backward(const detail::BackwardProblem& problem) {
   if (tiles > 0) {
     // Instances: (softcap, ALiBi), ALiBi's keeping their registers out of the others', and dropout
     // (without softcap: the dispatcher rejects the pair; with ALiBi it runs the sm80 backward);
-    // at head dims 192 and 256 each again with the ordered dQ adds of deterministic mode, whose
-    // code would otherwise cost the default kernels registers (ptxas: 48 -> 64-68 bytes of spill
-    // stores at d = 256).
+    // at head dims 192 and 256 each again with the ordered dQ adds of deterministic mode, so that
+    // the default kernels carry none of its code (a first design's turn code in them took ptxas
+    // from 48 to 64-68 bytes of spill stores at d = 256).
     auto run_ordered = [&](auto softcap, auto dropout, auto alibi, auto ordered) {
       constexpr auto kernel = &backward_kernel<Traits, decltype(softcap)::value, decltype(dropout)::value,
                                                decltype(alibi)::value, decltype(ordered)::value>;

@@ -9,6 +9,8 @@
 // block). Last to first because under a causal or local mask a later key block's tile starts at
 // a later query block and so runs ahead of an earlier one's; first to first, each tile waited for
 // its predecessor at every step (2026-11-26, H200, causal: 0.07-0.24x the default mode's speed).
+// At head dims 192 and 256 the consumers add dQ themselves, and in deterministic mode warp 1
+// keeps their turns instead (run_dq_turn_keeper).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -161,6 +163,42 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     // completion, so freeing the staging first would not free it sooner.)
     if (lane == 0 && counter != nullptr) pass_turn(counter);
     if (s + 1 < t.steps) release_staging();
+    __syncwarp();
+  }
+}
+
+// Head dims 192 and 256, deterministic mode: the consumer warpgroups add their halves of each
+// step's dQ block from registers; this warp takes each half's turn for them and passes it on once
+// their reductions are issued. Neither the poll for a turn nor the release's wait until the
+// reductions are performed then stalls a consumer, and the consumers carry no turn state in
+// their registers (taking the turns themselves, they ran 0.75-0.81x the default mode: H200,
+// 2026-11-27).
+template <class Traits>
+CUTE_DEVICE void run_dq_turn_keeper(BackwardParams<Traits> const& p, BackwardTile const& t, int lane) {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  static_assert(Traits::kSplitHeadDim);
+  constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
+  constexpr int kHalves = Traits::kDqTurnSlices;
+  const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
+  for (int s = 0; s < t.steps; ++s) {
+    const BackwardTile::Step step = t.step(s);
+    const std::int64_t block = first_block + step.m_block;
+    const int expected = dq_turn_expected(p, t, step.m_block);
+#pragma unroll
+    for (int w = 0; w < kHalves; ++w) {
+      if (lane == 0) wait_for_turn(dq_turn_counter(p, step.head, block, w), expected);
+      __syncwarp();
+      NamedBarrier::arrive(kThreads, kBarrierDqTurnTaken0 + w);
+    }
+    // The barrier orders the warpgroup's reductions before the release (cumulative at GPU scope),
+    // whose fence waits until they are performed.
+#pragma unroll
+    for (int w = 0; w < kHalves; ++w) {
+      NamedBarrier::sync(kThreads, kBarrierDqAdded0 + w);
+      if (lane == 0)
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(dq_turn_counter(p, step.head, block, w))
+                     : "memory");
+    }
     __syncwarp();
   }
 }

@@ -23,9 +23,11 @@ enum BackwardBarrier : uint32_t {
   // adds to and then signals kBarrierDqFull0 (the staging is emptied through kBarrierDqEmpty0).
   kBarrierOwnDsWritten0 = 5,
   kBarrierDqStaged = 7,
-  // Head dim split, deterministic mode: consumer warpgroup w's threads around its dQ turn
-  // (backward_dq_turns.cuh): kBarrierDqTurn0 + w.
-  kBarrierDqTurn0 = 8,
+  // Head dim split, deterministic mode (backward_producer.cuh, run_dq_turn_keeper): the turn of
+  // consumer warpgroup w's half of the step's dQ block is taken (kBarrierDqTurnTaken0 + w), and
+  // its reductions are issued (kBarrierDqAdded0 + w).
+  kBarrierDqTurnTaken0 = 8,
+  kBarrierDqAdded0 = 10,
 };
 
 struct BackwardTile {

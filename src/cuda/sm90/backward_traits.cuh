@@ -141,7 +141,8 @@ struct BackwardTraits {
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;   // Q and its LSE rows
   using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
   using PipelineTile = cutlass::PipelineAsync<2>;          // tile indices, producer warp -> the others
-  // The consumers and (keys split) the dQ writer warp.
+  // The consumers and (keys split) the dQ writer warp; at 192 and 256 the kernel adds the turn
+  // keeper warp in deterministic mode (backward_kernel.cuh).
   static constexpr int kTileReaders = kConsumerThreads + (kSplitHeadDim ? 0 : 32);
 
   struct SharedStorage {
