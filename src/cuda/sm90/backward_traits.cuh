@@ -20,7 +20,8 @@
 //     dV[:, half w] += P^T dO[:, half w]   dK[:, half w] += dS^T Q[:, half w]
 //     dQ[:, half w]  = dS K[:, half w]                (all SS)
 //   and each consumer adds its dQ to global memory itself (red.global.add.v4.f32): a step's fp32
-//   dQ staged in shared memory (64 KB at 256) does not fit beside two stages of Q and dO.
+//   dQ staged in shared memory (64 KB at 256) does not fit beside two stages of Q and dO. In
+//   deterministic mode warp 1 keeps their turns (backward_producer.cuh, run_dq_turn_keeper).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
