@@ -94,13 +94,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (leader) next = atomicAdd(params.tile_counter, 1) + int(gridDim.x);
         index = __shfl_sync(0xffffffffu, next, 0);
       }
-    } else if (warp == 1 && !Traits::kSplitHeadDim) {
-      for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-        run_dq_writer(params, smem, backward_tile(params, index), lane);
-      if (lane == 0) cute::tma_store_wait<0>();  // shared memory must outlive the last add's read
-    } else if (warp == 1 && kOrderedDq) {
-      for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-        run_dq_turn_keeper(params, backward_tile(params, index), lane);
+    } else if (warp == 1) {
+      if constexpr (!Traits::kSplitHeadDim) {
+        for (int index = next_tile(); index < params.num_tiles; index = next_tile())
+          run_dq_writer(params, smem, backward_tile(params, index), lane);
+        if (lane == 0) cute::tma_store_wait<0>();  // shared memory must outlive the last add's read
+      } else if constexpr (kOrderedDq) {
+        for (int index = next_tile(); index < params.num_tiles; index = next_tile())
+          run_dq_turn_keeper(params, backward_tile(params, index), lane);
+      }
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
