@@ -110,9 +110,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int index = next_tile(); index < params.num_tiles; index = next_tile()) {
       const BackwardTile tile = backward_tile(params, index);
       if constexpr (Traits::kSplitHeadDim)
-        run_backward_consumer_split<Traits, kSoftcap, kDropout, kAlibi, kOrderedDq>(params, smem, tile, pipeline_q, pipeline_do,
-                                                                       state, kv_tiles, int(threadIdx.x) % 128,
-                                                                       warp_group - 1);
+        run_backward_consumer_split<Traits, kSoftcap, kDropout, kAlibi, kOrderedDq>(
+            params, smem, tile, pipeline_q, pipeline_do, state, kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
       else
         run_backward_consumer<Traits, kSoftcap, kDropout, kAlibi>(params, smem, tile, pipeline_q, pipeline_do, state,
                                                                  kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
