@@ -143,12 +143,11 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     // the end of the previous step within a tile (below), here for a tile's first.
     if (s == 0) release_staging();
     int* counter = nullptr;  // deterministic mode: this step's dQ block's
-    if (p.dq_semaphore != nullptr) {  // dq_turn_counter and dq_turn_expected, one slice, written out
-      counter = p.dq_semaphore + std::int64_t(step.head) * p.dq_layout.blocks_per_head + block;
-      const KeyTileRange adders =
-          query_block_mask(t, p.window_left, p.window_right, step.m_block, Traits::kBlockM).tiles(Traits::kBlockN);
+    if (p.dq_semaphore != nullptr) {
+      counter = dq_turn_counter(p, step.head, block, 0);
+      const int expected = dq_turn_expected(p, t, step.m_block);
       if (lane == 0) {
-        wait_for_turn(counter, adders.end - 1 - t.n_block);
+        wait_for_turn(counter, expected);
         // Order this thread's coming bulk reduce-adds (async proxy) after the acquire.
         asm volatile("fence.proxy.async.global;\n" ::: "memory");
       }
