@@ -124,7 +124,8 @@ FA_HOST_DEVICE std::uint32_t byte_of(std::uint32_t word, int k) { return (word >
 // The byte of one element (b, h, i, j): one whole Philox call, for the CPU and tests.
 FA_HOST_DEVICE std::uint32_t dropout_value(std::uint64_t seed, std::uint64_t offset, int b, int heads_q, int h,
                                            int i, int j) {
-  const PhiloxWords r = dropout_philox(seed, dropout_counter(offset, b, heads_q, h, dropout_lane(i, j), i >> 4, j >> 5));
+  const PhiloxWords r =
+      dropout_philox(seed, dropout_counter(offset, b, heads_q, h, dropout_lane(i, j), i >> 4, j >> 5));
   return byte_of(word_of(r, dropout_word(j)), dropout_byte(i, j));
 }
 

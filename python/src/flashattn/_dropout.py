@@ -5,8 +5,9 @@ score matrix (sequence b, query head h, query row i and key j from the sequence'
 16 x 32 block (i // 16, j // 32) and belongs to lane (i % 8) * 4 + (j % 8) // 2 of it; the lane's
 Philox4x32-7 call (key = seed, counter = (offset + (b * nheads + h) * 32 + lane as two 32-bit
 words, i // 16, j // 32)) gives 16 bytes, byte (i % 16 // 8) * 2 + j % 2 of word j % 32 // 8 being
-the element's; it is kept iff byte >= round(p * 256) (at most 255). Written again here, in vectorized int64 arithmetic on any device, so that Python can decode the mask the
-kernels applied (and tests can check the two against each other).
+the element's; it is kept iff byte >= round(p * 256) (at most 255). Written again here, in
+vectorized int64 arithmetic on any device, so that Python can decode the mask the kernels applied
+(and tests can check the two against each other).
 """
 import math
 from typing import Optional
