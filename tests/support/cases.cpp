@@ -81,9 +81,9 @@ std::vector<Case> shared_cases(TableFor backend) {
     add(c);
   }
   // Head dims 192 and 256 with the paths of the wide kernels (the sm90 backward splits the head
-  // dim between its warpgroups there and adds dQ from the consumers): variable length with an
-  // empty sequence, GQA with the group split over CTAs, a sliding window, softcap, ALiBi,
-  // seqlen_q > seqlen_k under a causal mask (rows that see no key), padded rows.
+  // dim between its warpgroups there and stages half of dQ in the freed half of dO's stage):
+  // variable length with an empty sequence, GQA with the group split over CTAs, a sliding window,
+  // softcap, ALiBi, seqlen_q > seqlen_k under a causal mask (rows that see no key), padded rows.
   for (int d : {192, 256}) {
     const std::string hd = "hd" + std::to_string(d);
     Case c;

@@ -8,11 +8,14 @@
 //   3. once both warpgroups have written theirs (one named barrier): dQ[:, half w] = dS K[:, half w],
 //      dV[:, half w] += P^T dO[:, half w] and dK[:, half w] += dS^T Q[:, half w], all from shared
 //      memory, issued in that order;
-//   4. adds dQ into the fp32 accumulator with 16-byte reductions (in the accumulator's fragment
-//      order, backward_traits.cuh) while dV and dK compute, and releases the step's Q and dO
-//      stages as they finish. In deterministic mode it adds only once the producer's turn keeper
-//      warp has taken the turn of its half of the block, and tells it when its reductions are
-//      issued (backward_producer.cuh).
+//   4. adds dQ into the fp32 accumulator (in the accumulator's fragment order, backward_traits.cuh)
+//      while dV and dK compute: half of it with 16-byte reductions from registers, the other half
+//      staged in its half of the step's dO stage once its dV GEMM has read it, for the producer's
+//      dQ writer warp, which adds that half with a bulk reduce-add and releases the dO stage; it
+//      releases the Q stage itself when dK is done. In deterministic mode it adds all of dQ from
+//      registers, once the producer's turn keeper warp has taken the turn of its half of the block,
+//      tells the keeper when the reductions are issued, and releases both stages itself
+//      (backward_producer.cuh).
 // P^T and dS^T have two stages: a warpgroup writes step s + 1's while the other may still read
 // step s's, and it reaches step s + 2's barrier only after finishing step s's GEMMs.
 #include <cute/tensor.hpp>
@@ -151,19 +154,36 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     warpgroup_wait<2>();  // dQ done
 
     // dQ into the accumulator: thread t's i-th group of 4 values at (i * 128 + t) * 4 of this
-    // warpgroup's part of the block, as backward_dq_convert.cuh reads it.
+    // warpgroup's part of the block, as backward_dq_convert.cuh reads it. Deterministic mode: every
+    // group by a 16-byte reduction from registers, in the turn the keeper warp takes for this half.
+    // Default mode: the second half so, and the first staged in this warpgroup's half of the dO
+    // stage once its dV GEMM has read it, for the producer's dQ writer warp, which adds it with a
+    // bulk reduce-add and releases the stage (half as many reductions hold up the warpgroup).
+    constexpr int kVectors = decltype(size(acc_dq))::value / 4;
+    constexpr int kFirstReduced = kOrderedDq ? 0 : kVectors / 2;
+    auto dq_vector = [&](int i) {
+      return make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3));
+    };
     float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_dq_block + step.m_block) +
                  warp_group * Traits::kDqElems;
-    constexpr int kKeeperThreads = 128 + 32;  // this warpgroup and the turn keeper warp
-    if constexpr (kOrderedDq) NamedBarrier::sync(kKeeperThreads, kBarrierDqTurnTaken0 + warp_group);
-    constexpr int kVectors = decltype(size(acc_dq))::value / 4;
+    constexpr int kWriterThreads = 128 + 32;  // this warpgroup and the producer's warp 1
+    if constexpr (kOrderedDq) NamedBarrier::sync(kWriterThreads, kBarrierDqTurnTaken0 + warp_group);
     CUTE_UNROLL
-    for (int i = 0; i < kVectors; ++i)
-      reduce_add_v4(dst + (i * 128 + thread) * 4, acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2),
-                    acc_dq(4 * i + 3));
-    if constexpr (kOrderedDq) NamedBarrier::arrive(kKeeperThreads, kBarrierDqAdded0 + warp_group);
+    for (int i = kFirstReduced; i < kVectors; ++i) {
+      const float4 v = dq_vector(i);
+      reduce_add_v4(dst + (i * 128 + thread) * 4, v.x, v.y, v.z, v.w);
+    }
+    if constexpr (kOrderedDq) NamedBarrier::arrive(kWriterThreads, kBarrierDqAdded0 + warp_group);
     warpgroup_wait<1>();  // dV done: dO is free
-    pipeline_do.consumer_release(state);
+    if constexpr (kOrderedDq) {
+      pipeline_do.consumer_release(state);
+    } else {
+      float4* staged = reinterpret_cast<float4*>(Traits::dq_staging(smem.dout.data(), stage, warp_group));
+      CUTE_UNROLL
+      for (int i = 0; i < kFirstReduced; ++i) staged[i * 128 + thread] = dq_vector(i);
+      cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
+      NamedBarrier::arrive(kWriterThreads, kBarrierDqFull0 + warp_group);
+    }
     warpgroup_wait<0>();  // dK done: Q is free
     pipeline_q.consumer_release(state);
     ++state;

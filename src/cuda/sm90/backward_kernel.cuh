@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename PipelineTile::Params tile_params;
   tile_params.role = warp == 0 ? PipelineTile::ThreadCategory::Producer : PipelineTile::ThreadCategory::Consumer;
   tile_params.producer_arv_count = 1;
-  tile_params.consumer_arv_count = Traits::kTileReaders + (kOrderedDq ? 32 : 0);  // + the turn keeper
+  tile_params.consumer_arv_count = Traits::kTileReaders;
   tile_params.dst_blockid = 0;
   PipelineTile pipeline_tile(smem.pipeline_tile, tile_params);
   cutlass::arch::fence_barrier_init();
@@ -102,6 +102,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       } else if constexpr (kOrderedDq) {
         for (int index = next_tile(); index < params.num_tiles; index = next_tile())
           run_dq_turn_keeper(params, backward_tile(params, index), lane);
+      } else {
+        typename PipelineQ::PipelineState state;  // the stages the consumers stage dQ in
+        for (int index = next_tile(); index < params.num_tiles; index = next_tile())
+          run_dq_writer_split(params, smem, backward_tile(params, index), state, lane);
       }
     }
   } else {

@@ -9,8 +9,10 @@
 // block). Last to first because under a causal or local mask a later key block's tile starts at
 // a later query block and so runs ahead of an earlier one's; first to first, each tile waited for
 // its predecessor at every step (2026-11-26, H200, causal: 0.07-0.24x the default mode's speed).
-// At head dims 192 and 256 the consumers add dQ themselves, and in deterministic mode warp 1
-// keeps their turns instead (run_dq_turn_keeper).
+// At head dims 192 and 256 the consumers add half of dQ themselves and stage the other half in
+// the part of the step's dO stage that they have finished reading, and warp 1 adds it from there
+// (run_dq_writer_split); in deterministic mode the consumers add all of dQ and warp 1 keeps their
+// turns (run_dq_turn_keeper).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -165,6 +167,49 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     if (lane == 0 && counter != nullptr) pass_turn(counter);
     if (s + 1 < t.steps) release_staging();
     __syncwarp();
+  }
+}
+
+// Arrives `count` times at once on a pipeline's empty barrier, for consumers that left the
+// release of their stage to this thread.
+CUTE_DEVICE void release_stage_for(cutlass::arch::ClusterBarrier& empty, uint32_t count) {
+  uint64_t token;
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 %0, [%1], %2;\n"
+               : "=l"(token)
+               : "r"(cute::cast_smem_ptr_to_uint(&empty)), "r"(count)
+               : "memory");
+}
+
+// Head dims 192 and 256, default mode: each consumer warpgroup adds half of a step's dQ with
+// reductions from registers and stages the other half in its half of the step's dO stage once its
+// dV GEMM has read it (backward_consumer_split.cuh); this warp adds the staged halves with bulk
+// reduce-adds and, once they have read the stage, releases it to the loads in the consumers' place.
+template <class Traits>
+CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                                     BackwardTile const& t, typename Traits::PipelineQ::PipelineState& state,
+                                     int lane) {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  static_assert(Traits::kSplitHeadDim);
+  constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
+  constexpr uint32_t kStagedBytes = Traits::kDqElems / 2 * sizeof(float);
+  const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
+  for (int s = 0; s < t.steps; ++s) {
+    const BackwardTile::Step step = t.step(s);
+    const int stage = state.index();
+    float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_block + step.m_block);
+#pragma unroll
+    for (int w = 0; w < Traits::kConsumerWarpGroups; ++w) {
+      NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
+      if (lane == 0)
+        bulk_reduce_add(dst + w * Traits::kDqElems, Traits::dq_staging(smem.dout.data(), stage, w), kStagedBytes);
+    }
+    if (lane == 0) {
+      cute::tma_store_arrive();   // commits the step's adds as one group
+      cute::tma_store_wait<0>();  // ... which have read the stage
+      release_stage_for(smem.pipeline_do.empty_barrier_[stage], Traits::kConsumerThreads);
+    }
+    __syncwarp();
+    ++state;
   }
 }
 

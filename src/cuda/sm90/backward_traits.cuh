@@ -19,9 +19,11 @@
 //     P^T, dS^T of both warpgroups through shared memory, then
 //     dV[:, half w] += P^T dO[:, half w]   dK[:, half w] += dS^T Q[:, half w]
 //     dQ[:, half w]  = dS K[:, half w]                (all SS)
-//   and each consumer adds its dQ to global memory itself (red.global.add.v4.f32): a step's fp32
-//   dQ staged in shared memory (64 KB at 256) does not fit beside two stages of Q and dO. In
-//   deterministic mode warp 1 keeps their turns (backward_producer.cuh, run_dq_turn_keeper).
+//   A step's fp32 dQ (64 KB at 256) has no staging buffer of its own beside two stages of Q and
+//   dO: each consumer adds half of its part with reductions from registers (red.global.add.v4.f32)
+//   and stages the other half in its half of the dO stage once its dV GEMM has read it, and warp 1
+//   adds that half (bulk reduce-add). In deterministic mode the consumers add all of it from
+//   registers and warp 1 keeps their turns (backward_producer.cuh, run_dq_turn_keeper).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
@@ -138,13 +140,26 @@ struct BackwardTraits {
   static constexpr int kDqElems = kBlockM * kDqCols;  // per column slice
   static_assert(kDqElems % (128 * 4) == 0);
   static constexpr int kDqStagedElems = kSplitHeadDim ? 4 : kDqSlices * kDqElems;
+  // Head dim split, default mode: consumer warpgroup w stages half of its part of a step's dQ
+  // (fp32, the accumulator's fragment order) in its column half of the step's dO stage, which only
+  // its own dV GEMM reads, once it has: kBlockM x kDkvCols elements, one contiguous range of the
+  // stage, holding kDqElems / 2 floats.
+  static constexpr int kStageElems = kBlockM * kHeadDim;
+  static constexpr int kHalfStageElems = kBlockM * kDkvCols;
+  static_assert(!kSplitHeadDim || kHalfStageElems * int(sizeof(Element)) * 2 == kDqElems * int(sizeof(float)));
+  static_assert(!kSplitHeadDim || (SmemLayoutdO{}(0, kDkvCols, 0) == kHalfStageElems &&
+                                   SmemLayoutdO{}(kBlockM - 1, kDkvCols - 1, 0) < kHalfStageElems &&
+                                   SmemLayoutdO{}(0, 0, 1) == kStageElems));
+  static CUTE_DEVICE float* dq_staging(Element* dout_stages, int stage, int w) {
+    return reinterpret_cast<float*>(dout_stages + stage * kStageElems + w * kHalfStageElems);
+  }
 
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;   // Q and its LSE rows
   using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
   using PipelineTile = cutlass::PipelineAsync<2>;          // tile indices, producer warp -> the others
-  // The consumers and (keys split) the dQ writer warp; at 192 and 256 the kernel adds the turn
-  // keeper warp in deterministic mode (backward_kernel.cuh).
-  static constexpr int kTileReaders = kConsumerThreads + (kSplitHeadDim ? 0 : 32);
+  // The consumers and the producer's warp 1 (the dQ writer, or at 192 and 256 in deterministic
+  // mode the turn keeper).
+  static constexpr int kTileReaders = kConsumerThreads + 32;
 
   struct SharedStorage {
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
