@@ -184,6 +184,9 @@ CUTE_DEVICE void release_stage_for(cutlass::arch::ClusterBarrier& empty, uint32_
 // reductions from registers and stages the other half in its half of the step's dO stage once its
 // dV GEMM has read it (backward_consumer_split.cuh); this warp adds the staged halves with bulk
 // reduce-adds and, once they have read the stage, releases it to the loads in the consumers' place.
+// Both warpgroups' arrivals are taken before either add is issued: a warpgroup arrives again only
+// a step later, after the other one's arrival (the dS barrier keeps them within a step), so no
+// arrival can meet a barrier this warp has not yet passed.
 template <class Traits>
 CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                      BackwardTile const& t, typename Traits::PipelineQ::PipelineState& state,
@@ -191,6 +194,7 @@ CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename T
   using NamedBarrier = cutlass::arch::NamedBarrier;
   static_assert(Traits::kSplitHeadDim);
   constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
+  constexpr int kHalves = Traits::kConsumerWarpGroups;
   constexpr uint32_t kStagedBytes = Traits::kDqElems / 2 * sizeof(float);
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
   for (int s = 0; s < t.steps; ++s) {
@@ -198,12 +202,11 @@ CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename T
     const int stage = state.index();
     float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_block + step.m_block);
 #pragma unroll
-    for (int w = 0; w < Traits::kConsumerWarpGroups; ++w) {
-      NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
-      if (lane == 0)
-        bulk_reduce_add(dst + w * Traits::kDqElems, Traits::dq_staging(smem.dout.data(), stage, w), kStagedBytes);
-    }
+    for (int w = 0; w < kHalves; ++w) NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
     if (lane == 0) {
+#pragma unroll
+      for (int w = 0; w < kHalves; ++w)
+        bulk_reduce_add(dst + w * Traits::kDqElems, Traits::dq_staging(smem.dout.data(), stage, w), kStagedBytes);
       cute::tma_store_arrive();   // commits the step's adds as one group
       cute::tma_store_wait<0>();  // ... which have read the stage
       release_stage_for(smem.pipeline_do.empty_barrier_[stage], Traits::kConsumerThreads);

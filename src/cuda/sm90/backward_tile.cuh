@@ -5,6 +5,7 @@
 // computes the tile from the index its producer claimed, so the producer, the dQ writer and the
 // consumers agree on the steps.
 #include <cute/config.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/common/mask_tiles.cuh"
 #include "cuda/common/sequence_rows.cuh"
@@ -23,12 +24,17 @@ enum BackwardBarrier : uint32_t {
   // adds to and then signals kBarrierDqFull0 (the staging is emptied through kBarrierDqEmpty0).
   kBarrierOwnDsWritten0 = 5,
   kBarrierDqStaged = 7,
-  // Head dim split, deterministic mode (backward_producer.cuh, run_dq_turn_keeper): the turn of
-  // consumer warpgroup w's half of the step's dQ block is taken (kBarrierDqTurnTaken0 + w), and
-  // its reductions are issued (kBarrierDqAdded0 + w).
-  kBarrierDqTurnTaken0 = 8,
-  kBarrierDqAdded0 = 10,
+  // Head dim split (kBarrierDqFull0 + w: warpgroup w has staged half of its dQ), deterministic
+  // mode (backward_producer.cuh, run_dq_turn_keeper): the turn of warpgroup w's half of the step's
+  // dQ block is taken (kBarrierDqTurnTaken0 + w), and its reductions are issued
+  // (kBarrierDqAdded0 + w). The ids of the keys-split kernels above that these share are unused
+  // at these head dims.
+  kBarrierDqTurnTaken0 = kBarrierDqEmpty0,
+  kBarrierDqAdded0 = kBarrierOwnDsWritten0,
 };
+// cutlass::arch::NamedBarrier adds the 8 ids CUTLASS reserves to ours (kBarrierDqStaged the
+// largest), and the hardware has 16.
+static_assert(kBarrierDqStaged < 16 - cutlass::arch::NamedBarrier::ReservedNamedBarrierCount);
 
 struct BackwardTile {
   int n_block, kv_head, split, batch;  // split: the chunk of the KV head's query heads
