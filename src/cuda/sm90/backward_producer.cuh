@@ -184,9 +184,11 @@ CUTE_DEVICE void release_stage_for(cutlass::arch::ClusterBarrier& empty, uint32_
 // reductions from registers and stages the other half in its half of the step's dO stage once its
 // dV GEMM has read it (backward_consumer_split.cuh); this warp adds the staged halves with bulk
 // reduce-adds and, once they have read the stage, releases it to the loads in the consumers' place.
-// Both warpgroups' arrivals are taken before either add is issued: a warpgroup arrives again only
-// a step later, after the other one's arrival (the dS barrier keeps them within a step), so no
-// arrival can meet a barrier this warp has not yet passed.
+// Both warpgroups' arrivals are taken before either add is issued, right after the previous
+// step's stage is released: a warpgroup's next arrival needs the next step's dO, which the
+// producer loads into that released stage only then, so it cannot meet a barrier this warp has
+// not yet passed (at a CTA's first two steps, whose stages load unreleased, this warp waits at the
+// first barrier a whole step before the warpgroups get there).
 template <class Traits>
 CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                      BackwardTile const& t, typename Traits::PipelineQ::PipelineState& state,
