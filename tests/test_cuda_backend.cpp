@@ -213,7 +213,7 @@ TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
 // Causal and not, GQA, and columns (KV head, sequence) that do not fill the last group of the
 // sm90 backward's interleaved claim order (backward_tile.cuh): 15 columns of 11 query blocks.
 // Every built head dim: up to 128 the dQ writer warp orders the adds, at 192 and 256 the consumer
-// warpgroups do (src/cuda/sm90/backward_dq_turns.cuh).
+// warpgroups add in the turns that the producer's warp 1 keeps (src/cuda/sm90/backward_dq_turns.cuh).
 TEST(CudaDeterminism, DeterministicBackwardIsBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   struct Shape {

@@ -3,7 +3,7 @@
 // warpgroup (warp 0: TMA loads; warp 1: dQ reduce-adds where the consumers stage dQ; few
 // registers) and the two consumer warpgroups (wgmma and the element-wise middle, many
 // registers; backward_consumer.cuh, or backward_consumer_split.cuh at head dims 192 and 256, where
-// warp 1 only keeps deterministic mode's dQ turns).
+// warp 1 adds the half of dQ the consumers stage, or in deterministic mode keeps their dQ turns).
 // Persistent: one CTA per SM takes tiles (blocks of keys, backward_tile.cuh) until none is left.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
