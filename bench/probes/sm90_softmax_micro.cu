@@ -29,14 +29,7 @@
 #include "cuda/common/online_softmax_deferred.cuh"
 #include "cuda/sm90/gmma_fragment.cuh"
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#include "probe_check.cuh"
 
 namespace softmax_micro {
 
