@@ -182,7 +182,7 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
       CUTE_UNROLL
       for (int i = 0; i < kFirstReduced; ++i) staged[i * 128 + thread] = dq_vector(i);
       cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
-      NamedBarrier::arrive(kWriterThreads, kBarrierDqFull0 + warp_group);
+      NamedBarrier::arrive(kWriterThreads, dq_staged_barrier(stage, warp_group));
     }
     warpgroup_wait<0>();  // dK done: Q is free
     pipeline_q.consumer_release(state);

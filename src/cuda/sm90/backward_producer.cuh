@@ -184,11 +184,10 @@ CUTE_DEVICE void release_stage_for(cutlass::arch::ClusterBarrier& empty, uint32_
 // reductions from registers and stages the other half in its half of the step's dO stage once its
 // dV GEMM has read it (backward_consumer_split.cuh); this warp adds the staged halves with bulk
 // reduce-adds and, once they have read the stage, releases it to the loads in the consumers' place.
-// Both warpgroups' arrivals are taken before either add is issued, right after the previous
-// step's stage is released: a warpgroup's next arrival needs the next step's dO, which the
-// producer loads into that released stage only then, so it cannot meet a barrier this warp has
-// not yet passed (at a CTA's first two steps, whose stages load unreleased, this warp waits at the
-// first barrier a whole step before the warpgroups get there).
+// Both warpgroups' arrivals are taken before either add is issued. A warpgroup signals on a barrier
+// of the stage's own (dq_staged_barrier): it may arrive for the next step before this warp takes
+// this step's arrival, but not for the step after, whose dO loads into this step's stage only
+// once this warp has released it.
 template <class Traits>
 CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                      BackwardTile const& t, typename Traits::PipelineQ::PipelineState& state,
@@ -204,7 +203,7 @@ CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename T
     const int stage = state.index();
     float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_block + step.m_block);
 #pragma unroll
-    for (int w = 0; w < kHalves; ++w) NamedBarrier::sync(kThreads, kBarrierDqFull0 + w);
+    for (int w = 0; w < kHalves; ++w) NamedBarrier::sync(kThreads, dq_staged_barrier(stage, w));
     if (lane == 0) {
 #pragma unroll
       for (int w = 0; w < kHalves; ++w)

@@ -24,17 +24,27 @@ enum BackwardBarrier : uint32_t {
   // adds to and then signals kBarrierDqFull0 (the staging is emptied through kBarrierDqEmpty0).
   kBarrierOwnDsWritten0 = 5,
   kBarrierDqStaged = 7,
-  // Head dim split (kBarrierDqFull0 + w: warpgroup w has staged half of its dQ), deterministic
-  // mode (backward_producer.cuh, run_dq_turn_keeper): the turn of warpgroup w's half of the step's
-  // dQ block is taken (kBarrierDqTurnTaken0 + w), and its reductions are issued
-  // (kBarrierDqAdded0 + w). The ids of the keys-split kernels above that these share are unused
-  // at these head dims.
+  // Head dim split, default mode: warpgroup w has staged half of its dQ in dO stage k
+  // (dq_staged_barrier); deterministic mode (backward_producer.cuh, run_dq_turn_keeper): the turn
+  // of warpgroup w's half of the step's dQ block is taken (kBarrierDqTurnTaken0 + w), and its
+  // reductions are issued (kBarrierDqAdded0 + w). The ids of the keys-split kernels above that
+  // these share are unused at these head dims, and the two modes are kernels of their own.
   kBarrierDqTurnTaken0 = kBarrierDqEmpty0,
   kBarrierDqAdded0 = kBarrierOwnDsWritten0,
 };
+
 // cutlass::arch::NamedBarrier adds the 8 ids CUTLASS reserves to ours (kBarrierDqStaged the
 // largest), and the hardware has 16.
 static_assert(kBarrierDqStaged < 16 - cutlass::arch::NamedBarrier::ReservedNamedBarrierCount);
+
+// Head dim split, default mode: the barrier on which warpgroup w signals the dQ half it staged in
+// dO stage `stage` (of two), ids 1-4. One per stage and warpgroup: a warpgroup runs up to a step
+// ahead of the dQ writer (its next step's dO is in the other stage), so with one barrier per
+// warpgroup its arrival for step s + 2 could count toward step s + 1 if the writer had not yet
+// re-armed the barrier after releasing step s's stage; here it goes to step s's barrier, which
+// the writer took before that release.
+CUTE_HOST_DEVICE constexpr uint32_t dq_staged_barrier(int stage, int w) { return kBarrierDqFull0 + 2 * stage + w; }
+static_assert(dq_staged_barrier(1, 1) < kBarrierOwnDsWritten0, "within the ids the head-dim-split default kernels leave free");
 
 struct BackwardTile {
   int n_block, kv_head, split, batch;  // split: the chunk of the KV head's query heads

@@ -71,6 +71,7 @@ struct BackwardTraits {
   // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
   // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
+  static_assert(!kSplitHeadDim || kStages == 2, "dq_staged_barrier (backward_tile.cuh) counts two stages");
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
   // setmaxnreg: 65536 / 384 threads gives 168 each at launch; the two producer warps need few.
