@@ -215,8 +215,9 @@ TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
 // Every built head dim: up to 128 the dQ writer warp orders the adds, at 192 and 256 the consumer
 // warpgroups add in the turns that the producer's warp 1 keeps (src/cuda/sm90/backward_dq_turns.cuh).
 // At 192 and 256 also a shape of many tiles per CTA (2048 over an H100's 132 CTAs), where the roles
-// of a CTA drift apart across tiles: a design of the turns that passed the shapes above hung there
-// (bench/results/gpu_2026-11-27_h100_sm90-backward_d192-256_dq-quarter-turns.txt).
+// of a CTA drift apart across tiles: a design of the turns that passed the shapes above hung at a
+// shape like it (b = 16, 10 heads, n = 1k, d = 192; not on every run), never with at most two tiles
+// per CTA (bench/results/gpu_2026-11-27_h100_sm90-backward_d192-256_dq-quarter-turns.txt).
 TEST(CudaDeterminism, DeterministicBackwardIsBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   struct Shape {
