@@ -13,8 +13,8 @@
 //      staged in its half of the step's dO stage once its dV GEMM has read it, for the producer's
 //      dQ writer warp, which adds that half with a bulk reduce-add and releases the dO stage; it
 //      releases the Q stage itself when dK is done. In deterministic mode it adds all of dQ from
-//      registers, once the producer's turn keeper warp has taken the turn of its half of the block,
-//      tells the keeper when the reductions are issued, and releases both stages itself
+//      registers, once the producer's warp 2 has taken the block's turn, tells warps 2 and 1 when
+//      the reductions are issued (warp 1 then passes the turn on), and releases both stages itself
 //      (backward_producer.cuh).
 // P^T and dS^T have two stages: a warpgroup writes step s + 1's while the other may still read
 // step s's, and it reaches step s + 2's barrier only after finishing step s's GEMMs.
@@ -155,7 +155,7 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
 
     // dQ into the accumulator: thread t's i-th group of 4 values at (i * 128 + t) * 4 of this
     // warpgroup's part of the block, as backward_dq_convert.cuh reads it. Deterministic mode: every
-    // group by a 16-byte reduction from registers, in the turn the keeper warp takes for this half.
+    // group by a 16-byte reduction from registers, in the turn the producer's warp 2 takes for the block.
     // Default mode: the second half so, and the first staged in this warpgroup's half of the dO
     // stage once its dV GEMM has read it, for the producer's dQ writer warp, which adds it with a
     // bulk reduce-add and releases the stage (half as many reductions hold up the warpgroup).
@@ -167,13 +167,13 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_dq_block + step.m_block) +
                  warp_group * Traits::kDqElems;
     constexpr int kWriterThreads = 128 + 32;  // this warpgroup and the producer's warp 1
-    if constexpr (kOrderedDq) NamedBarrier::sync(kWriterThreads, kBarrierDqTurnTaken0 + warp_group);
+    if constexpr (kOrderedDq) NamedBarrier::sync(kTurnTakenThreads, kBarrierDqTurnTaken0 + warp_group);
     CUTE_UNROLL
     for (int i = kFirstReduced; i < kVectors; ++i) {
       const float4 v = dq_vector(i);
       reduce_add_v4(dst + (i * 128 + thread) * 4, v.x, v.y, v.z, v.w);
     }
-    if constexpr (kOrderedDq) NamedBarrier::arrive(kWriterThreads, kBarrierDqAdded0 + warp_group);
+    if constexpr (kOrderedDq) NamedBarrier::arrive(kTurnAddedThreads, kBarrierDqAdded0 + warp_group);
     warpgroup_wait<1>();  // dV done: dO is free
     if constexpr (kOrderedDq) {
       pipeline_do.consumer_release(state);

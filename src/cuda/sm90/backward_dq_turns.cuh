@@ -1,23 +1,22 @@
 #pragma once
 // Deterministic mode of the sm90 backward: the CTAs add their shares of a dQ block in key-block
 // order, last to first (why that order: backward_producer.cuh). A counter per (query head, dQ
-// block [, column slice]) counts the key blocks that have added theirs; the key block that
-// `expected` blocks of the block's adders follow waits until the counter reaches it, adds, and
-// increments it. The producer warpgroup's warp 1 takes and passes the turns
-// (backward_producer.cuh): up to head dim 128 it adds too (bulk reduce-adds from shared memory);
-// at 192 and 256 the consumer warpgroups add their halves of the columns from registers
-// (backward_consumer_split.cuh) between the keeper's signals.
+// block) counts the key blocks that have added theirs; the key block that `expected` blocks of
+// the block's adders follow waits until the counter reaches it, adds, and increments it. The
+// producer warpgroup takes and passes the turns (backward_producer.cuh): up to head dim 128 its
+// warp 1 does both and adds too (bulk reduce-adds from shared memory); at 192 and 256 the
+// consumer warpgroups add their halves of the columns from registers
+// (backward_consumer_split.cuh), warp 2 takes the turn and warp 1 passes it.
 #include <cute/config.hpp>
 
 #include "cuda/sm90/backward_tile.cuh"
 
 namespace flashattn::cuda::sm90 {
 
-// The counter of dQ block `block` of query head `head` (slice: the column slice, where the
-// slices are added by different warpgroups, each in its own order).
+// The counter of dQ block `block` of query head `head`.
 template <class Traits>
-CUTE_DEVICE int* dq_turn_counter(BackwardParams<Traits> const& p, int head, std::int64_t block, int slice) {
-  return p.dq_semaphore + (std::int64_t(head) * p.dq_layout.blocks_per_head + block) * Traits::kDqTurnSlices + slice;
+CUTE_DEVICE int* dq_turn_counter(BackwardParams<Traits> const& p, int head, std::int64_t block) {
+  return p.dq_semaphore + std::int64_t(head) * p.dq_layout.blocks_per_head + block;
 }
 
 // How many key blocks add to query block `m_block` after this tile's (the counter value at which

@@ -3,7 +3,8 @@
 // warpgroup (warp 0: TMA loads; warp 1: dQ reduce-adds where the consumers stage dQ; few
 // registers) and the two consumer warpgroups (wgmma and the element-wise middle, many
 // registers; backward_consumer.cuh, or backward_consumer_split.cuh at head dims 192 and 256, where
-// warp 1 adds the half of dQ the consumers stage, or in deterministic mode keeps their dQ turns).
+// warp 1 adds the half of dQ the consumers stage, or in deterministic mode warps 2 and 1 take and
+// pass their dQ turns).
 // Persistent: one CTA per SM takes tiles (blocks of keys, backward_tile.cuh) until none is left.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -18,8 +19,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-// kOrderedDq: deterministic mode at head dims 192 and 256 (warp 1 keeps the consumers' dQ turns:
-// backward_producer.cuh); below, the dQ writer warp orders the adds in every instance.
+// kOrderedDq: deterministic mode at head dims 192 and 256 (warps 2 and 1 keep the consumers' dQ
+// turns: backward_producer.cuh); below, the dQ writer warp orders the adds in every instance.
 template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename PipelineTile::Params tile_params;
   tile_params.role = warp == 0 ? PipelineTile::ThreadCategory::Producer : PipelineTile::ThreadCategory::Consumer;
   tile_params.producer_arv_count = 1;
-  tile_params.consumer_arv_count = Traits::kTileReaders;
+  tile_params.consumer_arv_count = Traits::kTileReaders + (kOrderedDq ? 32 : 0);  // + the turn taker
   tile_params.dst_blockid = 0;
   PipelineTile pipeline_tile(smem.pipeline_tile, tile_params);
   cutlass::arch::fence_barrier_init();
@@ -101,12 +102,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if (lane == 0) cute::tma_store_wait<0>();  // shared memory must outlive the last add's read
       } else if constexpr (kOrderedDq) {
         for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-          run_dq_turn_keeper(params, backward_tile(params, index), lane);
+          run_dq_turn_passer(params, backward_tile(params, index), lane);
       } else {
         typename PipelineQ::PipelineState state;  // the stages the consumers stage dQ in
         for (int index = next_tile(); index < params.num_tiles; index = next_tile())
           run_dq_writer_split(params, smem, backward_tile(params, index), state, lane);
       }
+    } else if constexpr (kOrderedDq) {
+      if (warp == 2)
+        for (int index = next_tile(); index < params.num_tiles; index = next_tile())
+          run_dq_turn_taker(params, backward_tile(params, index), lane);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

@@ -86,7 +86,7 @@ void run_backward(const detail::BackwardProblem& problem) {
   const std::size_t dq_count = std::size_t(dq_layout.elements(problem.heads_q));
   const std::size_t dq_at = plan.add<float>(dq_count);
   const std::size_t semaphore_count =  // deterministic mode's dQ turn counters
-      problem.deterministic ? std::size_t(problem.heads_q) * dq_layout.blocks_per_head * Traits::kDqTurnSlices : 0;
+      problem.deterministic ? std::size_t(problem.heads_q) * dq_layout.blocks_per_head : 0;
   const std::size_t semaphore_at = plan.add<int>(semaphore_count);
   const std::size_t counter_at = plan.add<int>(1);
   const std::size_t partial_count = std::size_t(rows.head_splits) * rows.dense_rows_k * problem.heads_kv * HeadDim;

@@ -11,8 +11,8 @@
 // its predecessor at every step (2026-11-26, H200, causal: 0.07-0.24x the default mode's speed).
 // At head dims 192 and 256 the consumers add half of dQ themselves and stage the other half in
 // the part of the step's dO stage that they have finished reading, and warp 1 adds it from there
-// (run_dq_writer_split); in deterministic mode the consumers add all of dQ and warp 1 keeps their
-// turns (run_dq_turn_keeper).
+// (run_dq_writer_split); in deterministic mode the consumers add all of dQ, warp 2 takes their
+// turns (run_dq_turn_taker) and warp 1 passes them on (run_dq_turn_passer).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -146,7 +146,7 @@ CUTE_DEVICE void run_dq_writer(BackwardParams<Traits> const& p, typename Traits:
     if (s == 0) release_staging();
     int* counter = nullptr;  // deterministic mode: this step's dQ block's
     if (p.dq_semaphore != nullptr) {
-      counter = dq_turn_counter(p, step.head, block, 0);
+      counter = dq_turn_counter(p, step.head, block);
       const int expected = dq_turn_expected(p, t, step.m_block);
       if (lane == 0) {
         wait_for_turn(counter, expected);
@@ -218,37 +218,54 @@ CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename T
 }
 
 // Head dims 192 and 256, deterministic mode: the consumer warpgroups add their halves of each
-// step's dQ block from registers; this warp takes each half's turn for them and passes it on once
-// their reductions are issued. Neither the poll for a turn nor the release's wait until the
-// reductions are performed then stalls a consumer, and the consumers carry no turn state in
-// their registers (taking the turns themselves, they ran 0.75-0.81x the default mode: H200,
-// 2026-11-27).
+// step's dQ block from registers, in one turn per block that two warps keep for them, so that
+// neither a poll for a turn nor the release's wait until the reductions are performed stalls a
+// consumer, and the consumers carry no turn state in their registers (taking the turns themselves,
+// they ran 0.75-0.81x the default mode: H200, 2026-11-27):
+//  - warp 2, the taker (run_dq_turn_taker), waits for the block's turn and lets both warpgroups
+//    add (kBarrierDqTurnTaken0 + w), then waits until they have issued their reductions;
+//  - warp 1, the passer (run_dq_turn_passer), waits for the same and passes the turn on once both
+//    have: a release, whose fence waits until the reductions are performed.
+// So the taker polls for step s + 1 while the passer's fence for step s runs. With one warp doing
+// both, a turn per warpgroup half and so two fences a step, deterministic mode ran 0.76-0.82x the
+// default at d = 192 against 0.86-0.97x this way (H100, 2026-11-27, docs/kernels/sm90-backward.md).
+// Both warps wait on kBarrierDqAdded0 + w beside the warpgroup (kTurnAddedThreads); the taker
+// arrives for a step's turn only after that barrier of the step before has completed, which needs
+// the warpgroup to have passed the step before's turn, so no arrival counts toward the wrong step.
 template <class Traits>
-CUTE_DEVICE void run_dq_turn_keeper(BackwardParams<Traits> const& p, BackwardTile const& t, int lane) {
+CUTE_DEVICE void run_dq_turn_taker(BackwardParams<Traits> const& p, BackwardTile const& t, int lane) {
   using NamedBarrier = cutlass::arch::NamedBarrier;
   static_assert(Traits::kSplitHeadDim);
-  constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
-  constexpr int kHalves = Traits::kDqTurnSlices;
+  constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
-    const std::int64_t block = first_block + step.m_block;
-    const int expected = dq_turn_expected(p, t, step.m_block);
+    if (lane == 0)
+      wait_for_turn(dq_turn_counter(p, step.head, first_block + step.m_block), dq_turn_expected(p, t, step.m_block));
+    __syncwarp();
 #pragma unroll
-    for (int w = 0; w < kHalves; ++w) {
-      if (lane == 0) wait_for_turn(dq_turn_counter(p, step.head, block, w), expected);
-      __syncwarp();
-      NamedBarrier::arrive(kThreads, kBarrierDqTurnTaken0 + w);
-    }
-    // The barrier orders the warpgroup's reductions before the release (cumulative at GPU scope),
-    // whose fence waits until they are performed.
+    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kTurnTakenThreads, kBarrierDqTurnTaken0 + w);
 #pragma unroll
-    for (int w = 0; w < kHalves; ++w) {
-      NamedBarrier::sync(kThreads, kBarrierDqAdded0 + w);
-      if (lane == 0)
-        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(dq_turn_counter(p, step.head, block, w))
-                     : "memory");
-    }
+    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::sync(kTurnAddedThreads, kBarrierDqAdded0 + w);
+  }
+}
+
+template <class Traits>
+CUTE_DEVICE void run_dq_turn_passer(BackwardParams<Traits> const& p, BackwardTile const& t, int lane) {
+  using NamedBarrier = cutlass::arch::NamedBarrier;
+  static_assert(Traits::kSplitHeadDim);
+  constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
+  const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
+  for (int s = 0; s < t.steps; ++s) {
+    const BackwardTile::Step step = t.step(s);
+    // The barriers order both warpgroups' reductions before the release (cumulative at GPU
+    // scope), whose fence waits until they are performed.
+#pragma unroll
+    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::sync(kTurnAddedThreads, kBarrierDqAdded0 + w);
+    if (lane == 0)
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(
+                       dq_turn_counter(p, step.head, first_block + step.m_block))
+                   : "memory");
     __syncwarp();
   }
 }

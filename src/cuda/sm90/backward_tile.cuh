@@ -25,9 +25,9 @@ enum BackwardBarrier : uint32_t {
   kBarrierOwnDsWritten0 = 5,
   kBarrierDqStaged = 7,
   // Head dim split, default mode: warpgroup w has staged half of its dQ in dO stage k
-  // (dq_staged_barrier); deterministic mode (backward_producer.cuh, run_dq_turn_keeper): the turn
-  // of warpgroup w's half of the step's dQ block is taken (kBarrierDqTurnTaken0 + w), and its
-  // reductions are issued (kBarrierDqAdded0 + w). The ids of the keys-split kernels above that
+  // (dq_staged_barrier); deterministic mode (backward_producer.cuh, run_dq_turn_taker and
+  // run_dq_turn_passer): the turn of the step's dQ block is taken, for warpgroup w
+  // (kBarrierDqTurnTaken0 + w), and warpgroup w's reductions are issued (kBarrierDqAdded0 + w). The ids of the keys-split kernels above that
   // these share are unused at these head dims, and the two modes are kernels of their own.
   kBarrierDqTurnTaken0 = kBarrierDqEmpty0,
   kBarrierDqAdded0 = kBarrierOwnDsWritten0,
@@ -36,6 +36,12 @@ enum BackwardBarrier : uint32_t {
 // cutlass::arch::NamedBarrier adds the 8 ids CUTLASS reserves to ours (kBarrierDqStaged the
 // largest), and the hardware has 16.
 static_assert(kBarrierDqStaged < 16 - cutlass::arch::NamedBarrier::ReservedNamedBarrierCount);
+
+// Deterministic mode at 192 and 256: the threads of kBarrierDqTurnTaken0 + w (consumer warpgroup w
+// and the producer's warp 2, the turn taker) and of kBarrierDqAdded0 + w (the same and warp 1, the
+// turn passer).
+constexpr int kTurnTakenThreads = 128 + 32;
+constexpr int kTurnAddedThreads = 128 + 64;
 
 // Head dim split, default mode: the barrier on which warpgroup w signals the dQ half it staged in
 // dO stage `stage` (of two), ids 1-4. One per stage and warpgroup: a warpgroup runs up to a step

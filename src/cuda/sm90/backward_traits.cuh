@@ -23,7 +23,7 @@
 //   dO: each consumer adds half of its part with reductions from registers (red.global.add.v4.f32)
 //   and stages the other half in its half of the dO stage once its dV GEMM has read it, and warp 1
 //   adds that half (bulk reduce-add). In deterministic mode the consumers add all of it from
-//   registers and warp 1 keeps their turns (backward_producer.cuh, run_dq_turn_keeper).
+//   registers; warp 2 takes their turns and warp 1 passes them on (backward_producer.cuh).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
@@ -65,9 +65,6 @@ struct BackwardTraits {
   static constexpr int kDqKeys = kDqOverOwnKeys ? kKeysPerWarpGroup : kBlockN;  // the dQ GEMM's depth
   static constexpr int kDqSlices = kHeadDim / kDqCols;  // column slices of a dQ block, a staging buffer each
   static_assert(kSplitHeadDim || kDqSlices == (kDqOverOwnKeys ? 1 : kConsumerWarpGroups));
-  // Deterministic mode's counters per dQ block (backward_dq_turns.cuh): one, which the dQ writer
-  // takes for every slice, or at 192 and 256 one per slice, each consumer warpgroup adding its own.
-  static constexpr int kDqTurnSlices = kSplitHeadDim ? kDqSlices : 1;
   // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
   // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
@@ -159,7 +156,8 @@ struct BackwardTraits {
   using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
   using PipelineTile = cutlass::PipelineAsync<2>;          // tile indices, producer warp -> the others
   // The consumers and the producer's warp 1 (the dQ writer, or at 192 and 256 in deterministic
-  // mode the turn keeper).
+  // mode the turn passer); the deterministic kernels at 192 and 256 add warp 2, the turn taker
+  // (backward_kernel.cuh).
   static constexpr int kTileReaders = kConsumerThreads + 32;
 
   struct SharedStorage {
