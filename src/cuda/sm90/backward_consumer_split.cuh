@@ -12,10 +12,10 @@
 //      while dV and dK compute: half of it with 16-byte reductions from registers, the other half
 //      staged in its half of the step's dO stage once its dV GEMM has read it, for the producer's
 //      dQ writer warp, which adds that half with a bulk reduce-add and releases the dO stage; it
-//      releases the Q stage itself when dK is done. In deterministic mode it adds all of dQ from
-//      registers, once the producer's warp 2 has taken the block's turn, tells warps 2 and 1 when
-//      the reductions are issued (warp 1 then passes the turn on), and releases both stages itself
-//      (backward_producer.cuh).
+//      releases the Q stage itself when dK is done. In deterministic mode it adds only once the
+//      producer's warp 2 has taken the dQ block's turn, at 192 all of dQ from registers (releasing
+//      the dO stage itself; BackwardTraits::kOrderedDqStaged), and its staging barrier tells warps
+//      1 and 2 that its reductions are issued; warp 1 passes the turn on (backward_producer.cuh).
 // P^T and dS^T have two stages: a warpgroup writes step s + 1's while the other may still read
 // step s's, and it reaches step s + 2's barrier only after finishing step s's GEMMs.
 #include <cute/tensor.hpp>
@@ -154,35 +154,38 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     warpgroup_wait<2>();  // dQ done
 
     // dQ into the accumulator: thread t's i-th group of 4 values at (i * 128 + t) * 4 of this
-    // warpgroup's part of the block, as backward_dq_convert.cuh reads it. Deterministic mode: every
-    // group by a 16-byte reduction from registers, in the turn the producer's warp 2 takes for the block.
-    // Default mode: the second half so, and the first staged in this warpgroup's half of the dO
-    // stage once its dV GEMM has read it, for the producer's dQ writer warp, which adds it with a
-    // bulk reduce-add and releases the stage (half as many reductions hold up the warpgroup).
+    // warpgroup's part of the block, as backward_dq_convert.cuh reads it: the second half by 16-byte
+    // reductions from registers, and the first staged in this warpgroup's half of the dO stage once
+    // its dV GEMM has read it, for the producer's dQ writer warp, which adds it with a bulk
+    // reduce-add and releases the stage (half as many reductions hold up the warpgroup).
+    // Deterministic mode: in the turn the producer's warp 2 takes for the block, and at 192 all of
+    // it by reductions (kOrderedDqStaged).
+    constexpr bool kStaging = !kOrderedDq || Traits::kOrderedDqStaged;
     constexpr int kVectors = decltype(size(acc_dq))::value / 4;
-    constexpr int kFirstReduced = kOrderedDq ? 0 : kVectors / 2;
+    constexpr int kFirstReduced = kStaging ? kVectors / 2 : 0;
     auto dq_vector = [&](int i) {
       return make_float4(acc_dq(4 * i), acc_dq(4 * i + 1), acc_dq(4 * i + 2), acc_dq(4 * i + 3));
     };
     float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_dq_block + step.m_block) +
                  warp_group * Traits::kDqElems;
-    constexpr int kWriterThreads = 128 + 32;  // this warpgroup and the producer's warp 1
+    // This warpgroup and the producer's warp 1 (deterministic mode: and warp 2).
+    constexpr int kStagedThreads = kOrderedDq ? kOrderedStagedThreads : 128 + 32;
     if constexpr (kOrderedDq) NamedBarrier::sync(kTurnTakenThreads, kBarrierDqTurnTaken0 + warp_group);
     CUTE_UNROLL
     for (int i = kFirstReduced; i < kVectors; ++i) {
       const float4 v = dq_vector(i);
       reduce_add_v4(dst + (i * 128 + thread) * 4, v.x, v.y, v.z, v.w);
     }
-    if constexpr (kOrderedDq) NamedBarrier::arrive(kTurnAddedThreads, kBarrierDqAdded0 + warp_group);
+    if constexpr (!kStaging) NamedBarrier::arrive(kStagedThreads, dq_staged_barrier(stage, warp_group));
     warpgroup_wait<1>();  // dV done: dO is free
-    if constexpr (kOrderedDq) {
-      pipeline_do.consumer_release(state);
-    } else {
+    if constexpr (kStaging) {
       float4* staged = reinterpret_cast<float4*>(Traits::dq_staging(smem.dout.data(), stage, warp_group));
       CUTE_UNROLL
       for (int i = 0; i < kFirstReduced; ++i) staged[i * 128 + thread] = dq_vector(i);
       cutlass::arch::fence_view_async_shared();  // read next by the bulk reduce-add
-      NamedBarrier::arrive(kWriterThreads, dq_staged_barrier(stage, warp_group));
+      NamedBarrier::arrive(kStagedThreads, dq_staged_barrier(stage, warp_group));
+    } else {
+      pipeline_do.consumer_release(state);
     }
     warpgroup_wait<0>();  // dK done: Q is free
     pipeline_q.consumer_release(state);

@@ -3,7 +3,7 @@
 // warpgroup (warp 0: TMA loads; warp 1: dQ reduce-adds where the consumers stage dQ; few
 // registers) and the two consumer warpgroups (wgmma and the element-wise middle, many
 // registers; backward_consumer.cuh, or backward_consumer_split.cuh at head dims 192 and 256, where
-// warp 1 adds the half of dQ the consumers stage, or in deterministic mode warps 2 and 1 take and
+// warp 1 adds the half of dQ the consumers stage, and in deterministic mode warps 2 and 1 take and
 // pass their dQ turns).
 // Persistent: one CTA per SM takes tiles (blocks of keys, backward_tile.cuh) until none is left.
 #include <cute/tensor.hpp>
@@ -19,7 +19,7 @@
 
 namespace flashattn::cuda::sm90 {
 
-// kOrderedDq: deterministic mode at head dims 192 and 256 (warps 2 and 1 keep the consumers' dQ
+// kOrderedDq: deterministic mode at head dims 192 and 256 (warps 2 and 1 take and pass the dQ
 // turns: backward_producer.cuh); below, the dQ writer warp orders the adds in every instance.
 template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
@@ -100,18 +100,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         for (int index = next_tile(); index < params.num_tiles; index = next_tile())
           run_dq_writer(params, smem, backward_tile(params, index), lane);
         if (lane == 0) cute::tma_store_wait<0>();  // shared memory must outlive the last add's read
-      } else if constexpr (kOrderedDq) {
-        for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-          run_dq_turn_passer(params, backward_tile(params, index), lane);
       } else {
         typename PipelineQ::PipelineState state;  // the stages the consumers stage dQ in
         for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-          run_dq_writer_split(params, smem, backward_tile(params, index), state, lane);
+          run_dq_writer_split<Traits, kOrderedDq>(params, smem, backward_tile(params, index), state, lane);
       }
     } else if constexpr (kOrderedDq) {
-      if (warp == 2)
+      if (warp == 2) {
+        typename PipelineQ::PipelineState state;  // as warp 1's
         for (int index = next_tile(); index < params.num_tiles; index = next_tile())
-          run_dq_turn_taker(params, backward_tile(params, index), lane);
+          run_dq_turn_taker(params, backward_tile(params, index), state, lane);
+      }
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

@@ -11,8 +11,8 @@
 // its predecessor at every step (2026-11-26, H200, causal: 0.07-0.24x the default mode's speed).
 // At head dims 192 and 256 the consumers add half of dQ themselves and stage the other half in
 // the part of the step's dO stage that they have finished reading, and warp 1 adds it from there
-// (run_dq_writer_split); in deterministic mode the consumers add all of dQ, warp 2 takes their
-// turns (run_dq_turn_taker) and warp 1 passes them on (run_dq_turn_passer).
+// (run_dq_writer_split); in deterministic mode they do so in the dQ block's turn, which warp 2 takes
+// (run_dq_turn_taker) and warp 1 passes on.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -112,13 +112,18 @@ CUTE_DEVICE void bulk_reduce_add(float* dst, float const* src, uint32_t bytes) {
                : "memory");
 }
 
-// Deterministic mode: waits until this thread's bulk reduce-adds are complete in global memory,
-// then lets the next key block's CTA add its share. A release reduction rather than a fence and an
-// atomic: `__threadfence` is a sequentially consistent fence (MEMBAR.SC.GPU), stronger than this
-// hand-over needs.
+// Deterministic mode: lets the next key block's CTA add its share of the dQ block once the adds
+// ordered before this (this thread's, and those of threads it has synchronized with: cumulative at
+// GPU scope) are performed. A release reduction rather than a fence and an atomic: `__threadfence`
+// is a sequentially consistent fence (MEMBAR.SC.GPU), stronger than this hand-over needs.
+CUTE_DEVICE void release_turn(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+// The same after this thread's bulk reduce-adds are complete in global memory.
 CUTE_DEVICE void pass_turn(int* counter) {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+  release_turn(counter);
 }
 
 template <class Traits>
@@ -180,93 +185,85 @@ CUTE_DEVICE void release_stage_for(cutlass::arch::ClusterBarrier& empty, uint32_
                : "memory");
 }
 
-// Head dims 192 and 256, default mode: each consumer warpgroup adds half of a step's dQ with
-// reductions from registers and stages the other half in its half of the step's dO stage once its
-// dV GEMM has read it (backward_consumer_split.cuh); this warp adds the staged halves with bulk
-// reduce-adds and, once they have read the stage, releases it to the loads in the consumers' place.
-// Both warpgroups' arrivals are taken before either add is issued. A warpgroup signals on a barrier
-// of the stage's own (dq_staged_barrier): it may arrive for the next step before this warp takes
-// this step's arrival, but not for the step after, whose dO loads into this step's stage only
-// once this warp has released it.
-template <class Traits>
+// Head dims 192 and 256: each consumer warpgroup adds half of a step's dQ with reductions from
+// registers and stages the other half in its half of the step's dO stage once its dV GEMM has read
+// it (backward_consumer_split.cuh); this warp adds the staged halves with bulk reduce-adds and,
+// once they have read the stage, releases it to the loads in the consumers' place. Both
+// warpgroups' arrivals are taken before either add is issued. A warpgroup signals on a barrier of
+// the stage's own (dq_staged_barrier): it may arrive for the next step before this warp takes this
+// step's arrival, but not for the step after, whose dO loads into this step's stage only once this
+// warp has released it.
+//
+// Deterministic mode (kOrdered): the warpgroups add only in the dQ block's turn, which warp 2 takes
+// for them (run_dq_turn_taker), and this warp passes it on once their reductions are issued and its
+// own adds are complete: after releasing the stage, so that neither the wait for its adds nor the
+// release's fence holds the stage, while warp 2 polls for the next turn. At 192 the warpgroups add
+// all of dQ from registers (BackwardTraits::kOrderedDqStaged) and signal the same barriers when
+// their reductions are issued; this warp then only passes the turns.
+template <class Traits, bool kOrdered>
 CUTE_DEVICE void run_dq_writer_split(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                      BackwardTile const& t, typename Traits::PipelineQ::PipelineState& state,
                                      int lane) {
   using NamedBarrier = cutlass::arch::NamedBarrier;
   static_assert(Traits::kSplitHeadDim);
-  constexpr int kThreads = 128 + 32;  // one consumer warpgroup and this warp
+  constexpr int kThreads = kOrdered ? kOrderedStagedThreads : 128 + 32;  // a warpgroup, this warp (and warp 2)
   constexpr int kHalves = Traits::kConsumerWarpGroups;
   constexpr uint32_t kStagedBytes = Traits::kDqElems / 2 * sizeof(float);
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
     const int stage = state.index();
-    float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, first_block + step.m_block);
+    const std::int64_t block = first_block + step.m_block;
+    float* dst = p.dq_accum + p.dq_layout.block_offset(step.head, block);
 #pragma unroll
     for (int w = 0; w < kHalves; ++w) NamedBarrier::sync(kThreads, dq_staged_barrier(stage, w));
+    // In deterministic mode the barriers order the warpgroups' reductions before the turn's release.
     if (lane == 0) {
+      if constexpr (kOrdered && !Traits::kOrderedDqStaged) {
+        release_turn(dq_turn_counter(p, step.head, block));
+      } else {
+        // Order the bulk reduce-adds (async proxy) after the turn's acquire, which reached this
+        // warp through warp 2's and the warpgroups' barriers.
+        if constexpr (kOrdered) asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #pragma unroll
-      for (int w = 0; w < kHalves; ++w)
-        bulk_reduce_add(dst + w * Traits::kDqElems, Traits::dq_staging(smem.dout.data(), stage, w), kStagedBytes);
-      cute::tma_store_arrive();   // commits the step's adds as one group
-      cute::tma_store_wait<0>();  // ... which have read the stage
-      release_stage_for(smem.pipeline_do.empty_barrier_[stage], Traits::kConsumerThreads);
+        for (int w = 0; w < kHalves; ++w)
+          bulk_reduce_add(dst + w * Traits::kDqElems, Traits::dq_staging(smem.dout.data(), stage, w), kStagedBytes);
+        cute::tma_store_arrive();   // commits the step's adds as one group
+        cute::tma_store_wait<0>();  // ... which have read the stage
+        release_stage_for(smem.pipeline_do.empty_barrier_[stage], Traits::kConsumerThreads);
+        if constexpr (kOrdered) pass_turn(dq_turn_counter(p, step.head, block));
+      }
     }
     __syncwarp();
     ++state;
   }
 }
 
-// Head dims 192 and 256, deterministic mode: the consumer warpgroups add their halves of each
-// step's dQ block from registers, in one turn per block that two warps keep for them, so that
-// neither a poll for a turn nor the release's wait until the reductions are performed stalls a
-// consumer, and the consumers carry no turn state in their registers (taking the turns themselves,
-// they ran 0.75-0.81x the default mode: H200, 2026-11-27):
-//  - warp 2, the taker (run_dq_turn_taker), waits for the block's turn and lets both warpgroups
-//    add (kBarrierDqTurnTaken0 + w), then waits until they have issued their reductions;
-//  - warp 1, the passer (run_dq_turn_passer), waits for the same and passes the turn on once both
-//    have: a release, whose fence waits until the reductions are performed.
-// So the taker polls for step s + 1 while the passer's fence for step s runs. With one warp doing
-// both, a turn per warpgroup half and so two fences a step, deterministic mode ran 0.76-0.82x the
-// default at d = 192 against 0.86-0.97x this way (H100, 2026-11-27, docs/kernels/sm90-backward.md).
-// Both warps wait on kBarrierDqAdded0 + w beside the warpgroup (kTurnAddedThreads); the taker
-// arrives for a step's turn only after that barrier of the step before has completed, which needs
-// the warpgroup to have passed the step before's turn, so no arrival counts toward the wrong step.
+// Head dims 192 and 256, deterministic mode: warp 2 takes each step's dQ turn for both warpgroups
+// (kBarrierDqTurnTaken0 + w) and then waits, beside warp 1, for their staging barriers, so that it
+// arrives for a step's turn only after both warpgroups have passed the step before's: no arrival
+// counts toward the wrong step. Warp 1 (run_dq_writer_split) passes the turn on. Taking the turns
+// apart from the warp that passes them, whose release waits until the reductions are performed,
+// and one turn per block instead of one per warpgroup half: 0.86-0.97x the default at d = 192
+// against 0.76-0.82x with one warp keeping both (H100, 2026-11-27, docs/kernels/sm90-backward.md).
 template <class Traits>
-CUTE_DEVICE void run_dq_turn_taker(BackwardParams<Traits> const& p, BackwardTile const& t, int lane) {
+CUTE_DEVICE void run_dq_turn_taker(BackwardParams<Traits> const& p, BackwardTile const& t,
+                                   typename Traits::PipelineQ::PipelineState& state, int lane) {
   using NamedBarrier = cutlass::arch::NamedBarrier;
   static_assert(Traits::kSplitHeadDim);
   constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
   const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
   for (int s = 0; s < t.steps; ++s) {
     const BackwardTile::Step step = t.step(s);
+    const int stage = state.index();
     if (lane == 0)
       wait_for_turn(dq_turn_counter(p, step.head, first_block + step.m_block), dq_turn_expected(p, t, step.m_block));
     __syncwarp();
 #pragma unroll
     for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::arrive(kTurnTakenThreads, kBarrierDqTurnTaken0 + w);
 #pragma unroll
-    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::sync(kTurnAddedThreads, kBarrierDqAdded0 + w);
-  }
-}
-
-template <class Traits>
-CUTE_DEVICE void run_dq_turn_passer(BackwardParams<Traits> const& p, BackwardTile const& t, int lane) {
-  using NamedBarrier = cutlass::arch::NamedBarrier;
-  static_assert(Traits::kSplitHeadDim);
-  constexpr int kWarpGroups = Traits::kConsumerWarpGroups;
-  const std::int64_t first_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
-  for (int s = 0; s < t.steps; ++s) {
-    const BackwardTile::Step step = t.step(s);
-    // The barriers order both warpgroups' reductions before the release (cumulative at GPU
-    // scope), whose fence waits until they are performed.
-#pragma unroll
-    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::sync(kTurnAddedThreads, kBarrierDqAdded0 + w);
-    if (lane == 0)
-      asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(
-                       dq_turn_counter(p, step.head, first_block + step.m_block))
-                   : "memory");
-    __syncwarp();
+    for (int w = 0; w < kWarpGroups; ++w) NamedBarrier::sync(kOrderedStagedThreads, dq_staged_barrier(stage, w));
+    ++state;
   }
 }
 

@@ -24,13 +24,11 @@ enum BackwardBarrier : uint32_t {
   // adds to and then signals kBarrierDqFull0 (the staging is emptied through kBarrierDqEmpty0).
   kBarrierOwnDsWritten0 = 5,
   kBarrierDqStaged = 7,
-  // Head dim split, default mode: warpgroup w has staged half of its dQ in dO stage k
-  // (dq_staged_barrier); deterministic mode (backward_producer.cuh, run_dq_turn_taker and
-  // run_dq_turn_passer): the turn of the step's dQ block is taken, for warpgroup w
-  // (kBarrierDqTurnTaken0 + w), and warpgroup w's reductions are issued (kBarrierDqAdded0 + w). The ids of the keys-split kernels above that
-  // these share are unused at these head dims, and the two modes are kernels of their own.
-  kBarrierDqTurnTaken0 = kBarrierDqEmpty0,
-  kBarrierDqAdded0 = kBarrierOwnDsWritten0,
+  // Head dim split: warpgroup w has staged half of its dQ in dO stage k (dq_staged_barrier, ids
+  // 1-4); deterministic mode also: the turn of the step's dQ block is taken, for warpgroup w
+  // (kBarrierDqTurnTaken0 + w, backward_producer.cuh). The keys-split kernels' ids that these share
+  // are unused at these head dims.
+  kBarrierDqTurnTaken0 = kBarrierOwnDsWritten0,
 };
 
 // cutlass::arch::NamedBarrier adds the 8 ids CUTLASS reserves to ours (kBarrierDqStaged the
@@ -38,10 +36,10 @@ enum BackwardBarrier : uint32_t {
 static_assert(kBarrierDqStaged < 16 - cutlass::arch::NamedBarrier::ReservedNamedBarrierCount);
 
 // Deterministic mode at 192 and 256: the threads of kBarrierDqTurnTaken0 + w (consumer warpgroup w
-// and the producer's warp 2, the turn taker) and of kBarrierDqAdded0 + w (the same and warp 1, the
-// turn passer).
+// and the producer's warp 2, the turn taker), and of the staging barriers (consumer warpgroup w,
+// warp 1, which adds the staged half and passes the turn, and warp 2).
 constexpr int kTurnTakenThreads = 128 + 32;
-constexpr int kTurnAddedThreads = 128 + 64;
+constexpr int kOrderedStagedThreads = 128 + 64;
 
 // Head dim split, default mode: the barrier on which warpgroup w signals the dQ half it staged in
 // dO stage `stage` (of two), ids 1-4. One per stage and warpgroup: a warpgroup runs up to a step
@@ -51,6 +49,7 @@ constexpr int kTurnAddedThreads = 128 + 64;
 // the writer took before that release.
 CUTE_HOST_DEVICE constexpr uint32_t dq_staged_barrier(int stage, int w) { return kBarrierDqFull0 + 2 * stage + w; }
 static_assert(dq_staged_barrier(1, 1) < kBarrierOwnDsWritten0, "within the ids the head-dim-split default kernels leave free");
+static_assert(kBarrierDqTurnTaken0 + 1 <= kBarrierDqStaged, "within the ids the keys-split kernels leave free");
 
 struct BackwardTile {
   int n_block, kv_head, split, batch;  // split: the chunk of the KV head's query heads

@@ -22,8 +22,8 @@
 //   A step's fp32 dQ (64 KB at 256) has no staging buffer of its own beside two stages of Q and
 //   dO: each consumer adds half of its part with reductions from registers (red.global.add.v4.f32)
 //   and stages the other half in its half of the dO stage once its dV GEMM has read it, and warp 1
-//   adds that half (bulk reduce-add). In deterministic mode the consumers add all of it from
-//   registers; warp 2 takes their turns and warp 1 passes them on (backward_producer.cuh).
+//   adds that half (bulk reduce-add). In deterministic mode they add in the dQ block's turn, which
+//   warp 2 takes and warp 1 passes on, at 192 all of dQ from registers (backward_producer.cuh).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
@@ -64,6 +64,11 @@ struct BackwardTraits {
   static constexpr int kDqCols = kDqOverOwnKeys ? kHeadDim : kHeadDim / kConsumerWarpGroups;  // per warpgroup
   static constexpr int kDqKeys = kDqOverOwnKeys ? kKeysPerWarpGroup : kBlockN;  // the dQ GEMM's depth
   static constexpr int kDqSlices = kHeadDim / kDqCols;  // column slices of a dQ block, a staging buffer each
+  // Head dim split, deterministic mode: whether the consumers stage half of dQ for a bulk add, as in
+  // the default mode, or add all of it from registers. Staging holds each dQ turn until the bulk add
+  // is complete; at 256 it still paid (1.00-1.08x the speed, H100, 2026-11-27), at 192 it cost causal
+  // rows at n <= 4k 6-7% (docs/kernels/sm90-backward.md).
+  static constexpr bool kOrderedDqStaged = kSplitHeadDim && kHeadDim == 256;
   static_assert(kSplitHeadDim || kDqSlices == (kDqOverOwnKeys ? 1 : kConsumerWarpGroups));
   // Stages of Q (with LSE), dO (with D) and dS. A d = 64 step is short enough that the next
   // step's loads, issued when a stage frees, can land late with two; three fit its shared memory.
@@ -155,9 +160,9 @@ struct BackwardTraits {
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;   // Q and its LSE rows
   using PipelinedO = cutlass::PipelineTmaAsync<kStages>;  // dO and its D rows
   using PipelineTile = cutlass::PipelineAsync<2>;          // tile indices, producer warp -> the others
-  // The consumers and the producer's warp 1 (the dQ writer, or at 192 and 256 in deterministic
-  // mode the turn passer); the deterministic kernels at 192 and 256 add warp 2, the turn taker
-  // (backward_kernel.cuh).
+  // The consumers and the producer's warp 1 (the dQ writer, which at 192 and 256 in deterministic
+  // mode also passes the dQ turns); the deterministic kernels at 192 and 256 add warp 2, the turn
+  // taker (backward_kernel.cuh).
   static constexpr int kTileReaders = kConsumerThreads + 32;
 
   struct SharedStorage {
