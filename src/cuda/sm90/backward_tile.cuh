@@ -41,12 +41,13 @@ static_assert(kBarrierDqStaged < 16 - cutlass::arch::NamedBarrier::ReservedNamed
 constexpr int kTurnTakenThreads = 128 + 32;
 constexpr int kOrderedStagedThreads = 128 + 64;
 
-// Head dim split, default mode: the barrier on which warpgroup w signals the dQ half it staged in
-// dO stage `stage` (of two), ids 1-4. One per stage and warpgroup: a warpgroup runs up to a step
-// ahead of the dQ writer (its next step's dO is in the other stage), so with one barrier per
-// warpgroup its arrival for step s + 2 could count toward step s + 1 if the writer had not yet
-// re-armed the barrier after releasing step s's stage; here it goes to step s's barrier, which
-// the writer took before that release.
+// Head dim split: the barrier on which warpgroup w signals the dQ half it staged in dO stage
+// `stage` (of two), ids 1-4 (deterministic mode at 192, which stages none: that its reductions are
+// issued). One per stage and warpgroup: a warpgroup runs up to a step ahead of the dQ writer (its
+// next step's dO is in the other stage), so with one barrier per warpgroup its arrival for step
+// s + 2 could count toward step s + 1 if the writer had not yet re-armed the barrier after
+// releasing step s's stage; here it goes to step s's barrier, which the writer took before that
+// release (in deterministic mode the turns order the steps as well).
 CUTE_HOST_DEVICE constexpr uint32_t dq_staged_barrier(int stage, int w) { return kBarrierDqFull0 + 2 * stage + w; }
 static_assert(dq_staged_barrier(1, 1) < kBarrierOwnDsWritten0, "within the ids the head-dim-split default kernels leave free");
 static_assert(kBarrierDqTurnTaken0 + 1 <= kBarrierDqStaged, "within the ids the keys-split kernels leave free");
