@@ -213,7 +213,8 @@ TEST(CudaQuantizeE4m3, SameBitsAsTheCpu) {
 // Causal and not, GQA, and columns (KV head, sequence) that do not fill the last group of the
 // sm90 backward's interleaved claim order (backward_tile.cuh): 15 columns of 11 query blocks.
 // Every built head dim: up to 128 the dQ writer warp orders the adds, at 192 and 256 the consumer
-// warpgroups add in the turns that the producer's warp 1 keeps (src/cuda/sm90/backward_dq_turns.cuh).
+// warpgroups (and at 256 the writer warp) add in the turns that the producer's warp 2 takes and
+// warp 1 passes (src/cuda/sm90/backward_dq_turns.cuh).
 // At 192 and 256 also a shape of many tiles per CTA (2048 over an H100's 132 CTAs), where the roles
 // of a CTA drift apart across tiles: a design of the turns that passed the shapes above hung at a
 // shape like it (b = 16, 10 heads, n = 1k, d = 192; not on every run), never with at most two tiles
