@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Reads the timeline of one sm90 forward call (a FLASHATTN_SM90_TRACE build, see
-src/cuda/sm90/forward_trace.cuh) and prints, in SM clock cycles, medians over every tile of
-every CTA:
+"""Reads the timeline of one sm90 forward or backward call (a FLASHATTN_SM90_TRACE build, see
+src/cuda/sm90/trace.cuh) and prints, in SM clock cycles, medians over every tile of
+every CTA. Forward:
   - the steady GEMM-turn period of a consumer warpgroup (one turn of each warpgroup: two
     blocks' QK^T + P.V on the tensor cores), and what a middle block spends in each phase;
   - the tile boundary, phase by phase: last P.V, normalization, epilogue, waiting for the next
     tile, planning it, its operands, its first QK^T and first softmax;
   - each tile's time beyond blocks x period: what a tile costs over its key blocks.
+Backward (a timeline with step records): the steady step period and a middle step's phases
+(S^T and dP^T to P^T and dS^T, the dS barrier, the dQ, dV and dK GEMMs), the first step's, the
+tile boundary (epilogue, next index, K and V, first step), each tile's time beyond steps x
+period, and where a warpgroup's whole timeline went (steps at the steady period, beyond it).
 
   sm90_trace.py TRACE_FILE [--json OUT]
 """
@@ -17,7 +21,7 @@ import statistics
 import sys
 
 EVENTS = ["none", "tile", "planned", "operands", "turn", "s_done", "softmax", "pv_done", "finalized",
-          "stored"]
+          "stored", "step", "scores", "ds_shared", "step_done"]
 WARP_GROUPS = 4  # kTraceWarpGroups (0, the producer, records nothing)
 RECORDS = 4096   # kTraceRecords
 
@@ -61,6 +65,23 @@ def first(tile, name, after=0):
         if name_i == name and t >= after:
             return t
     return None
+
+
+def summary(values):
+    ordered = sorted(values)
+    return {"median": statistics.median(ordered), "p10": ordered[len(ordered) // 10],
+            "p90": ordered[len(ordered) * 9 // 10], "count": len(ordered)}
+
+
+def tile_summary(tile_rows, period, per_tile):
+    """tile_rows: (units, cycles) per tile; period: the steady cycles of a unit (a block or a step)."""
+    over = [duration - units * period for units, duration in tile_rows]
+    return {
+        "tiles": len(tile_rows),
+        per_tile: statistics.median([u for u, _ in tile_rows]) if tile_rows else 0,
+        "tile_cycles": statistics.median([d for _, d in tile_rows]) if tile_rows else 0,
+        "tile_overhead_cycles": statistics.median(over) if over else 0,
+    }
 
 
 def analyse(timelines):
@@ -116,17 +137,82 @@ def analyse(timelines):
                 add("end: store issued -> next tile", t_next - stored if stored else None)
                 tile_rows.append((blocks, t_next - t_tile))
     period = statistics.median(periods) if periods else 0
-    over = [duration - blocks * period for blocks, duration in tile_rows]
+    return {"turn_period_cycles": period, **tile_summary(tile_rows, period, "blocks_per_tile"),
+            "phases": {name: summary(v) for name, v in phases.items()}}
+
+
+def analyse_backward(timelines):
+    phases = {}
+
+    def add(name, value):
+        if value is not None:
+            phases.setdefault(name, []).append(value)
+
+    periods, tile_rows, spans = [], [], []
+    for (cta, wg), events in timelines.items():
+        if wg == 0:
+            continue
+        tiles = tiles_of(events)
+        for i, tile in enumerate(tiles):
+            steps = [t for name, t in tile if name == "step"]
+            done = [t for name, t in tile if name == "step_done"]
+            if not steps or len(done) != len(steps):
+                continue
+            for k in range(1, len(steps) - 1):  # middle steps
+                periods.append(steps[k + 1] - steps[k])
+                scores, ds = first(tile, "scores", steps[k]), first(tile, "ds_shared", steps[k])
+                if None not in (scores, ds):
+                    add("mid: step -> P^T, dS^T", scores - steps[k])
+                    add("mid: P^T, dS^T -> dS barrier", ds - scores)
+                    add("mid: dS barrier -> dK done", done[k] - ds)
+                    add("mid: dK done -> next step", steps[k + 1] - done[k])
+            scores0, ds0 = first(tile, "scores", steps[0]), first(tile, "ds_shared", steps[0])
+            if None not in (scores0, ds0):
+                add("first: step -> P^T, dS^T", scores0 - steps[0])
+                add("first: P^T, dS^T -> dS barrier", ds0 - scores0)
+                add("first: dS barrier -> dK done", done[0] - ds0)
+            t_tile, operands, stored = tile[0][1], first(tile, "operands"), first(tile, "stored", done[-1])
+            add("start: tile -> K, V ready", operands - t_tile if operands else None)
+            add("start: K, V ready -> first step", steps[0] - operands if operands else None)
+            add("end: last dK done -> dK, dV stored", stored - done[-1] if stored else None)
+            if i + 1 < len(tiles):
+                t_next = tiles[i + 1][0][1]
+                add("end: stored -> next tile", t_next - stored if stored else None)
+                nxt = [t for name, t in tiles[i + 1] if name == "step"]
+                if nxt:
+                    add("boundary: last dK done -> next first step", nxt[0] - done[-1])
+                tile_rows.append((len(steps), t_next - t_tile))
+        starts = [t for name, t in events if name == "tile"]
+        ends = [t for name, t in events if name == "stored"]
+        if starts and ends:
+            spans.append((ends[-1] - starts[0], sum(1 for name, _ in events if name == "step")))
+    period = statistics.median(periods) if periods else 0
+    beyond = [span - steps * period for span, steps in spans]
     return {
-        "turn_period_cycles": period,
-        "tiles": len(tile_rows),
-        "blocks_per_tile": statistics.median([b for b, _ in tile_rows]) if tile_rows else 0,
-        "tile_cycles": statistics.median([d for _, d in tile_rows]) if tile_rows else 0,
-        "tile_overhead_cycles": statistics.median(over) if over else 0,
-        "phases": {name: {"median": statistics.median(v), "p10": sorted(v)[len(v) // 10],
-                          "p90": sorted(v)[len(v) * 9 // 10], "count": len(v)}
-                   for name, v in phases.items()},
+        "step_period_cycles": period, **tile_summary(tile_rows, period, "steps_per_tile"),
+        "timeline_cycles": statistics.median([s for s, _ in spans]) if spans else 0,
+        "timeline_beyond_steps_cycles": statistics.median(beyond) if beyond else 0,
+        "phases": {name: summary(v) for name, v in phases.items()},
     }
+
+
+def print_backward(path, result):
+    print(f"{path}: backward, {result['tiles']} warpgroup tiles, {result['steps_per_tile']} steps each (median)")
+    print(f"  step period (steady, per warpgroup) {result['step_period_cycles']:8.0f} cycles")
+    print(f"  tile                                {result['tile_cycles']:8.0f} cycles")
+    print(f"  tile beyond steps x period          {result['tile_overhead_cycles']:8.0f} cycles")
+    print(f"  warpgroup's timeline                {result['timeline_cycles']:8.0f} cycles")
+    print(f"  ... beyond its steps x period       {result['timeline_beyond_steps_cycles']:8.0f} cycles")
+    order = ["mid: step -> P^T, dS^T", "mid: P^T, dS^T -> dS barrier", "mid: dS barrier -> dK done",
+             "mid: dK done -> next step", "first: step -> P^T, dS^T", "first: P^T, dS^T -> dS barrier",
+             "first: dS barrier -> dK done", "end: last dK done -> dK, dV stored", "end: stored -> next tile",
+             "start: tile -> K, V ready", "start: K, V ready -> first step",
+             "boundary: last dK done -> next first step"]
+    print(f"  {'phase':42s} {'median':>8s} {'p10':>8s} {'p90':>8s}")
+    for name in order:
+        if name in result["phases"]:
+            ph = result["phases"][name]
+            print(f"  {name:42s} {ph['median']:8.0f} {ph['p10']:8.0f} {ph['p90']:8.0f}")
 
 
 def main():
@@ -134,7 +220,15 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--json")
     args = ap.parse_args()
-    result = analyse(read(args.trace))
+    timelines = read(args.trace)
+    if any(name == "step" for events in timelines.values() for name, _ in events):
+        result = analyse_backward(timelines)
+        print_backward(args.trace, result)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return
+    result = analyse(timelines)
     print(f"{args.trace}: {result['tiles']} tiles, {result['blocks_per_tile']} key blocks each (median)")
     print(f"  turn period (steady, per warpgroup) {result['turn_period_cycles']:8.0f} cycles")
     print(f"  tile                                {result['tile_cycles']:8.0f} cycles")

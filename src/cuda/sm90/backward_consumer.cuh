@@ -25,6 +25,7 @@
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_tile.cuh"
 #include "cuda/sm90/gmma_fragment.cuh"
+#include "cuda/sm90/trace.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -147,6 +148,14 @@ CUTE_DEVICE void step_gradients_of_scores(BackwardParams<Traits> const& p, Acc& 
   }
 }
 
+// What a consumer warpgroup carries from one tile of its CTA to the next.
+template <class Traits>
+struct ConsumerCarry {
+  typename Traits::PipelineQ::PipelineState state;  // the Q/dO pipelines' position (Q's and dO's advance together)
+  int kv_tiles = 0;                                 // tiles that loaded K and V (the K/V barriers' parity)
+  Tracer trace;                                     // the development timeline (trace.cuh)
+};
+
 // A tile's dK or dV (acc, times `scale`) for the keys inside the sequence: acc's element i is
 // (key0 + row, col0 + col) with (row, col) = coords(i); fp32 partials when the query heads of the
 // KV head are split over several CTAs (p.head_splits > 1: `partial` is set).
@@ -253,8 +262,7 @@ CUTE_DEVICE void stage_dq(typename Traits::SharedStorage& smem, AccDq const& acc
   }
 }
 
-// One tile. state: the Q/dO pipelines' position; kv_tiles: tiles of this CTA that loaded K and V
-// so far (the parity of the K/V barriers' phases). Both carry over to the CTA's next tile.
+// One tile; carry: what carries over to the CTA's next tile.
 // kAlibi: the scores gain ALiBi's bias (cuda/common/alibi.cuh), every step taking the masked
 // variant. A template flag: as a runtime branch it raised the consumers' spills at d = 128 from
 // 92 to 288 bytes of reloads (164 to 892 with softcap; ptxas, 2026-11-26) on every path.
@@ -262,13 +270,14 @@ template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = fals
 CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                        BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
                                        typename Traits::PipelinedO& pipeline_do,
-                                       typename Traits::PipelineQ::PipelineState& state, int& kv_tiles, int thread,
-                                       int warp_group) {
+                                       ConsumerCarry<Traits>& carry, int thread, int warp_group) {
   using namespace cute;
   using NamedBarrier = cutlass::arch::NamedBarrier;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   constexpr int kKeys = Traits::kKeysPerWarpGroup, kStages = Traits::kStages;
+  auto& state = carry.state;
+  auto& trace = carry.trace;
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});     // (M, D, stage)
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});   // (D, M, stage)
@@ -331,7 +340,9 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   const int shift = t.seq.len_k - t.seq.len_q, key_end = t.seq.len_k - key0;
   const int lowest_diff = p.window_left >= 0 ? shift - p.window_left : -(1 << 30);
   const int highest_diff = p.window_right >= 0 ? shift + p.window_right : (1 << 30);
-  if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
+  trace(TraceEvent::tile);
+  if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, carry.kv_tiles & 1);
+  trace(TraceEvent::operands);
 
   // One step. kMasked: some (query, key) pair of the step is masked (by the window, or lying
   // past the sequence's end).
@@ -342,6 +353,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
 
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kKeys>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kKeys>, Int<kBlockM>>{});
+    trace(TraceEvent::step);
     pipeline_q.consumer_wait(state);
     warpgroup_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
     pipeline_do.consumer_wait(state);
@@ -359,6 +371,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
     step_gradients_of_scores<kMasked, kSoftcap, kDropout, kAlibi>(p, acc_s, acc_dp, coords, drop_coords, dropout_rng,
                                                                  lse_of, delta_of, visible, t.batch, step.head, key0,
                                                                  row0, shift);
+    trace(TraceEvent::scores);
 
     Tensor p_t = convert_fragment<Element>(acc_s);    // P^T
     Tensor ds_t = convert_fragment<Element>(acc_dp);  // dS^T
@@ -370,6 +383,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
       NamedBarrier::sync(128, kBarrierOwnDsWritten0 + warp_group);
     else
       NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsWritten);
+    trace(TraceEvent::ds_shared);
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
     Tensor tdQrdS_stage = tdQrdS(_, _, _, stage);
@@ -383,6 +397,7 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
 
     warpgroup_wait<0>();  // dK done: Q is free
     pipeline_q.consumer_release(state);
+    trace(TraceEvent::step_done);
     ++state;
   };
 
@@ -398,13 +413,14 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
 
   if (t.steps > 0) {  // K and V are read: the producer may load the next tile's
     cutlass::arch::ClusterBarrier::arrive(&smem.kv_free);
-    ++kv_tiles;
+    ++carry.kv_tiles;
   }
 
   // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO.
   Tensor out_coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kKeys>, Int<kHeadDim>>{}));
   store_key_gradients<Traits>(p, t, acc_dk, out_coords, key0, 0, p.dk, p.dk_partial, p.scale);
   store_key_gradients<Traits>(p, t, acc_dv, out_coords, key0, 0, p.dv, p.dv_partial, 1.0f);
+  trace(TraceEvent::stored);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -31,19 +31,20 @@ CUTE_DEVICE void reduce_add_v4(float* dst, float a, float b, float c, float d) {
                : "memory");
 }
 
-// One tile (see run_backward_consumer for state and kv_tiles). kOrderedDq: deterministic mode.
+// One tile (carry: as run_backward_consumer's). kOrderedDq: deterministic mode.
 template <class Traits, bool kSoftcap, bool kDropout = false, bool kAlibi = false, bool kOrderedDq = false>
 CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                                              BackwardTile const& t, typename Traits::PipelineQ& pipeline_q,
                                              typename Traits::PipelinedO& pipeline_do,
-                                             typename Traits::PipelineQ::PipelineState& state, int& kv_tiles,
-                                             int thread, int warp_group) {
+                                             ConsumerCarry<Traits>& carry, int thread, int warp_group) {
   using namespace cute;
   using NamedBarrier = cutlass::arch::NamedBarrier;
   using Element = typename Traits::Element;
   static_assert(Traits::kSplitHeadDim);
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   constexpr int kQueries = Traits::kQueriesPerWarpGroup, kCols = Traits::kDkvCols, kStages = Traits::kStages;
+  auto& state = carry.state;
+  auto& trace = carry.trace;
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});     // (M, D, stage)
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});   // (D, M, stage)
@@ -108,7 +109,9 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
   const int lowest_diff = p.window_left >= 0 ? shift - p.window_left : -(1 << 30);
   const int highest_diff = p.window_right >= 0 ? shift + p.window_right : (1 << 30);
   const std::int64_t first_dq_block = p.dq_layout.first_block(t.batch, t.seq.dense_q);
-  if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, kv_tiles & 1);
+  trace(TraceEvent::tile);
+  if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, carry.kv_tiles & 1);
+  trace(TraceEvent::operands);
 
   auto run_step = [&](BackwardTile::Step step, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -117,6 +120,7 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
 
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kQueries>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kQueries>>{});
+    trace(TraceEvent::step);
     pipeline_q.consumer_wait(state);
     warpgroup_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
     pipeline_do.consumer_wait(state);
@@ -132,6 +136,7 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     step_gradients_of_scores<kMasked, kSoftcap, kDropout, kAlibi>(p, acc_s, acc_dp, coords, drop_coords, dropout_rng,
                                                                  lse_of, delta_of, visible, t.batch, step.head, key0,
                                                                  row0, shift);
+    trace(TraceEvent::scores);
 
     // P^T and dS^T to shared memory; the other warpgroup writes the other query columns.
     {
@@ -142,6 +147,7 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     }
     cutlass::arch::fence_view_async_shared();  // written by ordinary stores, read by wgmma
     NamedBarrier::sync(Traits::kConsumerThreads, kBarrierDsWritten);
+    trace(TraceEvent::ds_shared);
 
     // dQ first, so that its reductions to global memory go out while dV and dK compute.
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<Traits::kDqCols>>{});
@@ -189,6 +195,7 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
     }
     warpgroup_wait<0>();  // dK done: Q is free
     pipeline_q.consumer_release(state);
+    trace(TraceEvent::step_done);
     ++state;
   };
 
@@ -204,13 +211,14 @@ CUTE_DEVICE void run_backward_consumer_split(BackwardParams<Traits> const& p, ty
 
   if (t.steps > 0) {  // K and V are read: the producer may load the next tile's
     cutlass::arch::ClusterBarrier::arrive(&smem.kv_free);
-    ++kv_tiles;
+    ++carry.kv_tiles;
   }
 
   // Epilogue: this warpgroup's half of the head dim of dK (times the softmax scale) and dV.
   Tensor out_coords = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kCols>>{}));
   store_key_gradients<Traits>(p, t, acc_dk, out_coords, key0, warp_group * kCols, p.dk, p.dk_partial, p.scale);
   store_key_gradients<Traits>(p, t, acc_dv, out_coords, key0, warp_group * kCols, p.dv, p.dv_partial, 1.0f);
+  trace(TraceEvent::stored);
 }
 
 }  // namespace flashattn::cuda::sm90

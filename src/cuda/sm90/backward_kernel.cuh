@@ -67,7 +67,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   // Persistent: the producer warp claims tiles (backward_tile.cuh) in order and hands each index
   // to the other roles through a slot of shared memory (num_tiles: none left).
-  int kv_tiles = 0;
   typename PipelineTile::PipelineState tile_state;
   auto next_tile = [&]() {  // the other roles: the next index, read and the slot released
     pipeline_tile.consumer_wait(tile_state);
@@ -80,6 +79,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (warp == 0) {
       auto state = cutlass::make_producer_start_state<PipelineQ>();
+      int kv_tiles = 0;
       tile_state = cutlass::make_producer_start_state<PipelineTile>();
       for (int index = blockIdx.x;;) {
         if (leader) {
@@ -114,15 +114,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    typename PipelineQ::PipelineState state;  // Q's and dO's stages advance together
+    ConsumerCarry<Traits> carry{{}, 0, Tracer(params.trace)};
     for (int index = next_tile(); index < params.num_tiles; index = next_tile()) {
       const BackwardTile tile = backward_tile(params, index);
       if constexpr (Traits::kSplitHeadDim)
         run_backward_consumer_split<Traits, kSoftcap, kDropout, kAlibi, kOrderedDq>(
-            params, smem, tile, pipeline_q, pipeline_do, state, kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
+            params, smem, tile, pipeline_q, pipeline_do, carry, int(threadIdx.x) % 128, warp_group - 1);
       else
-        run_backward_consumer<Traits, kSoftcap, kDropout, kAlibi>(params, smem, tile, pipeline_q, pipeline_do, state,
-                                                                 kv_tiles, int(threadIdx.x) % 128, warp_group - 1);
+        run_backward_consumer<Traits, kSoftcap, kDropout, kAlibi>(params, smem, tile, pipeline_q, pipeline_do, carry,
+                                                                 int(threadIdx.x) % 128, warp_group - 1);
     }
   }
 #endif

@@ -26,6 +26,7 @@
 #include "cuda/sm90/backward_params.cuh"
 #include "cuda/sm90/backward_traits.cuh"
 #include "cuda/sm90/launch_support.cuh"
+#include "cuda/sm90/trace.cuh"
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm90 {
@@ -92,6 +93,10 @@ void run_backward(const detail::BackwardProblem& problem) {
   const std::size_t partial_count = std::size_t(rows.head_splits) * rows.dense_rows_k * problem.heads_kv * HeadDim;
   const std::size_t dk_partial_at = split_group ? plan.add<float>(partial_count) : 0;
   const std::size_t dv_partial_at = split_group ? plan.add<float>(partial_count) : 0;
+#ifdef FLASHATTN_SM90_TRACE
+  const std::size_t trace_count = std::size_t(sm_count) * kTraceWarpGroups * kTraceRecords;
+  const std::size_t trace_at = plan.add<std::uint64_t>(trace_count);
+#endif
   StreamWorkspace workspace(plan.bytes(), stream);
   rows.lse_log2 = workspace.at<float>(lse_at);
   rows.delta = workspace.at<float>(delta_at);
@@ -168,6 +173,11 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.dq_layout = dq_layout;
   p.dq_semaphore = semaphore;
   p.claim_interleave = 0;
+  p.trace = nullptr;
+#ifdef FLASHATTN_SM90_TRACE
+  p.trace = workspace.at<std::uint64_t>(trace_at);
+  FA_CUDA_CHECK(cudaMemsetAsync(p.trace, 0, trace_count * sizeof(std::uint64_t), stream));
+#endif
   if (problem.deterministic) {
     const bool masked = problem.window_left >= 0 || problem.window_right >= 0;
     const int heads_per_tile = problem.group_size() / rows.head_splits;
@@ -209,6 +219,9 @@ void run_backward(const detail::BackwardProblem& problem) {
     else if (p.alibi.enabled()) p.softcap ? run(T{}, F{}, T{}) : run(F{}, F{}, T{});
     else p.softcap ? run(T{}, F{}, F{}) : run(F{}, F{}, F{});
     FA_CUDA_CHECK_LAUNCH();
+#ifdef FLASHATTN_SM90_TRACE
+    write_trace("FLASHATTN_SM90_BACKWARD_TRACE_FILE", p.trace, trace_count, stream);
+#endif
   }
 
   const auto& dq = problem.dq;

@@ -75,6 +75,8 @@ struct BackwardParams {
   int* dq_semaphore;
   // The claim order's interleave (backward_claim_order.hpp): 0 outside deterministic mode.
   int claim_interleave;
+  // Development timeline (trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
+  std::uint64_t* trace;
 };
 
 }  // namespace flashattn::cuda::sm90

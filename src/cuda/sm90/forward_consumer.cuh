@@ -33,7 +33,7 @@
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
 #include "cuda/sm90/forward_tile.cuh"
-#include "cuda/sm90/forward_trace.cuh"
+#include "cuda/sm90/trace.cuh"
 #include "cuda/sm90/gmma_fragment.cuh"
 
 namespace flashattn::cuda::sm90 {

@@ -20,10 +20,10 @@
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "cuda/sm90/forward_kernel.cuh"
 #include "cuda/sm90/forward_params.cuh"
-#include "cuda/sm90/forward_trace.cuh"
 #include "cuda/sm90/forward_traits.cuh"
 #include "cuda/sm90/fp8_value_transpose.cuh"
 #include "cuda/sm90/launch_support.cuh"
+#include "cuda/sm90/trace.cuh"
 #include "flashattn/error.hpp"
 
 namespace flashattn::cuda::sm90 {
@@ -135,22 +135,6 @@ void set_transposed_value(ForwardParams<Traits>& f, const detail::ForwardProblem
   f.shape_v = vt_tensor.shape();
 }
 
-#ifdef FLASHATTN_SM90_TRACE
-// Development builds: the call's timeline (forward_trace.cuh) to FLASHATTN_SM90_TRACE_FILE,
-// overwritten by every call (synchronizes the stream).
-inline void write_trace(const std::uint64_t* trace, size_t count, cudaStream_t stream) {
-  const char* path = std::getenv("FLASHATTN_SM90_TRACE_FILE");
-  if (path == nullptr) return;
-  std::vector<std::uint64_t> host(count);
-  FA_CUDA_CHECK(cudaMemcpyAsync(host.data(), trace, count * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream));
-  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (std::FILE* f = std::fopen(path, "wb")) {
-    std::fwrite(host.data(), sizeof(std::uint64_t), count, f);
-    std::fclose(f);
-  }
-}
-#endif
-
 template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
@@ -196,7 +180,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
   FA_CUDA_CHECK(cudaGetLastError());
 #ifdef FLASHATTN_SM90_TRACE
-  write_trace(params.trace, trace_count, stream);
+  write_trace("FLASHATTN_SM90_TRACE_FILE", params.trace, trace_count, stream);
 #endif
 }
 

@@ -64,7 +64,7 @@ struct ForwardParams {
   // Work items handed out so far beyond each CTA's first (zero at launch): CTAs take the next
   // one in this order when they are about to run out of work.
   int* tile_counter;
-  // Development timeline (forward_trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
+  // Development timeline (trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
   std::uint64_t* trace;
 };
 

@@ -1,8 +1,10 @@
 #pragma once
-// Development timeline of the sm90 forward, compiled in only with FLASHATTN_SM90_TRACE: one
-// thread of each consumer warpgroup records (event, SM clock) where a tile starts, where each
-// GEMM turn begins and where each phase of the softmax and epilogue ends. The launch copies the last
-// call's records to the file FLASHATTN_SM90_TRACE_FILE names; bench/probes/sm90_trace.py reads it.
+// Development timelines of the sm90 forward and backward, compiled in only with
+// FLASHATTN_SM90_TRACE: one thread of each consumer warpgroup records (event, SM clock) where a
+// tile starts and where each phase of its steps (forward: GEMM turns, softmax, epilogue; backward:
+// the steps' GEMMs and hand-offs, the epilogue) ends. The launch copies the last call's records to
+// the file FLASHATTN_SM90_TRACE_FILE (forward) or FLASHATTN_SM90_BACKWARD_TRACE_FILE (backward)
+// names; bench/probes/sm90_trace.py reads it.
 // Each warpgroup keeps its first kTraceRecords records. Without the macro a Tracer is empty and
 // every record compiles to nothing. Records perturb what they observe: in a traced build ptxas
 // keeps the P.V wait after the softmax (it hoists it above otherwise) and spills more outside
@@ -11,6 +13,15 @@
 #include <cute/config.hpp>
 
 #include <cstdint>
+#ifdef FLASHATTN_SM90_TRACE
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/common/check.cuh"
+#endif
 
 namespace flashattn::cuda::sm90 {
 
@@ -24,7 +35,12 @@ enum class TraceEvent : std::uint64_t {
   softmax,    // the block's softmax step done (P ready for the first block)
   pv_done,    // O += P V of the block complete
   finalized,  // O normalized, LSE computed
-  stored,     // the epilogue issued the tile's store
+  stored,     // the epilogue issued the tile's store (backward: dK and dV)
+  // The backward (a tile records `tile` once set up, `operands` once K and V are in shared memory, `stored`).
+  step,       // a step began (before waiting for its Q)
+  scores,     // P^T and dS^T computed in registers
+  ds_shared,  // both warpgroups' dS in shared memory (the step's named barrier passed)
+  step_done,  // dK of the step complete, its stages released
 };
 
 // Records per (CTA, warpgroup), warpgroup = threadIdx.x / 128: 0 is the producer (records
@@ -48,6 +64,20 @@ struct Tracer {
         (std::uint64_t(event) << 56) | (std::uint64_t(clock64()) & ((1ull << 56) - 1));
   }
 };
+
+// Host: the call's timeline to the file the environment variable `variable` names, overwritten by
+// every call (synchronizes the stream).
+inline void write_trace(const char* variable, const std::uint64_t* trace, size_t count, cudaStream_t stream) {
+  const char* path = std::getenv(variable);
+  if (path == nullptr) return;
+  std::vector<std::uint64_t> host(count);
+  FA_CUDA_CHECK(cudaMemcpyAsync(host.data(), trace, count * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (std::FILE* f = std::fopen(path, "wb")) {
+    std::fwrite(host.data(), sizeof(std::uint64_t), count, f);
+    std::fclose(f);
+  }
+}
 #else
 struct Tracer {
   CUTE_DEVICE Tracer(std::uint64_t* const&) {}
