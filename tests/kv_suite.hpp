@@ -40,11 +40,12 @@ inline void expect_kvcache_ok(const KvCase& c, DType dtype, DeviceKind device) {
 }
 
 inline void expect_paged_varlen_ok(int page_size, bool causal, DType dtype, DeviceKind device,
-                                   Alibi alibi = Alibi::none) {
+                                   Alibi alibi = Alibi::none, int head_dim = 64) {
   const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", page " + std::to_string(page_size) + (causal ? ", causal" : "") +
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", page " + std::to_string(page_size) + ", d " +
+               std::to_string(head_dim) + (causal ? ", causal" : "") +
                (alibi == Alibi::none ? "" : alibi == Alibi::heads ? ", alibi (heads_q,)" : ", alibi (batch, heads_q)"));
-  const KvCheck r = check_paged_varlen(page_size, causal, dtype, device, seed, alibi);
+  const KvCheck r = check_paged_varlen(page_size, causal, dtype, device, seed, alibi, head_dim);
   SCOPED_TRACE(r.describe());
   EXPECT_TRUE(r.all_written);
   EXPECT_TRUE(r.masked_rows_ok);

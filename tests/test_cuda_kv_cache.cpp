@@ -35,24 +35,38 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaKvCache,
                          ::testing::Combine(::testing::ValuesIn(kv_cases()), ::testing::Values(DType::bf16, DType::f16)),
                          kv_case_name);
 
-TEST(CudaPagedVarlen, Forward) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+// Per dtype, so that a build without one of them skips only its rows.
+class CudaPagedVarlen : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// On Hopper these run the sm90 forward's page boxes and whole-block copies (forward_paged_kv.cuh:
+// pages of 16 and 48 take boxes, pages of 256 both) where it is built; FLASHATTN_CUDA_FAMILY=sm80
+// or sm90 picks either family.
+TEST_P(CudaPagedVarlen, Forward) {
   run_or_skip_unsupported([&] {
-    for (int page : {16, 48, 256})
-      for (bool causal : {false, true}) expect_paged_varlen_ok(page, causal, DType::bf16, DeviceKind::cuda);
+    for (int head_dim : {64, 128})
+      for (int page : {16, 48, 256})
+        for (bool causal : {false, true})
+          expect_paged_varlen_ok(page, causal, GetParam(), DeviceKind::cuda, Alibi::none, head_dim);
   });
 }
 
 // ALiBi over paged K/V with seqused_k (the bias counts from each sequence's last key in use).
-TEST(CudaPagedVarlen, Alibi) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+TEST_P(CudaPagedVarlen, Alibi) {
   run_or_skip_unsupported([&] {
     for (int page : {16, 48, 256})
       for (bool causal : {false, true})
         for (Alibi alibi : {Alibi::heads, Alibi::batch_heads})
-          for (DType dtype : {DType::bf16, DType::f16}) expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cuda, alibi);
+          expect_paged_varlen_ok(page, causal, GetParam(), DeviceKind::cuda, alibi);
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtype, CudaPagedVarlen, ::testing::Values(DType::bf16, DType::f16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return to_string(info.param); });
 
 }  // namespace
 }  // namespace flashattn::testing

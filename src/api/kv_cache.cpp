@@ -84,7 +84,9 @@ KvPages check_pages(const TensorView& k, const TensorView& v, const TensorView& 
          "a multiple of " + str(kPageMultiple) + " from " + str(kMinPage) + " to " + str(kMaxPage), str(page));
   if (table.shape[1] * page > INT32_MAX)
     fail("block_table.shape[1]", "max_blocks * page_size below 2^31", str(table.shape[1]) + " * " + str(page));
-  return {static_cast<const std::int32_t*>(table.data), table.stride[0], int(page), int(table.shape[1])};
+  if (k.shape[0] > INT32_MAX) fail(std::string(k_name) + ".shape[0] (num_blocks)", "below 2^31", str(k.shape[0]));
+  return {static_cast<const std::int32_t*>(table.data), table.stride[0], int(page), int(table.shape[1]),
+          int(k.shape[0])};
 }
 
 // CPU contents of block_table: the pages holding rows [0, rows) of sequence b exist.

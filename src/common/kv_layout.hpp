@@ -27,6 +27,7 @@ struct KvPages {
   std::int64_t table_stride = 0;              // elements between the rows of block_table
   int page_size = 0;                          // keys per page: a multiple of 16, 16 to 512
   int max_blocks = 0;                         // columns of block_table
+  int num_pages = 0;                          // pages in the pool (K's and V's first extent)
 };
 
 struct KvMap {
@@ -58,6 +59,11 @@ FA_HOST_DEVICE KvSpan kv_span(const KvMap& kv, int b, int len_k, std::int64_t of
   return {end - start, offset_k + start, kv.batch_index != nullptr ? kv.batch_index[b] : b};
 }
 
+// The page holding storage row `row` of sequence b (paged storage).
+FA_HOST_DEVICE std::int64_t kv_page(const KvPages& pages, int b, std::int64_t row) {
+  return pages.block_table[b * pages.table_stride + row / pages.page_size];
+}
+
 // Element index of (storage row `row`, head `head`, 0) of sequence b in a K or V operand whose
 // strides are `batch_stride` (contiguous: between batches; paged: between pages), `seq_stride`
 // and `head_stride`.
@@ -66,7 +72,7 @@ FA_HOST_DEVICE std::int64_t kv_element(const KvPages& pages, std::int64_t batch_
                                        int head) {
   if (pages.block_table == nullptr)
     return kv_batch * batch_stride + row * seq_stride + std::int64_t(head) * head_stride;
-  const std::int64_t page = pages.block_table[b * pages.table_stride + row / pages.page_size];
+  const std::int64_t page = kv_page(pages, b, row);
   return page * batch_stride + (row % pages.page_size) * seq_stride + std::int64_t(head) * head_stride;
 }
 

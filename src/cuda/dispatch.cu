@@ -225,9 +225,9 @@ void forward(const detail::ForwardProblem& p) {
   const int cc = compute_capability(p.device_index);
   if (p.dtype == DType::e4m3) return forward_fp8(p, cc);
   const bool decoding = p.seqlen_q <= kDecodeMaxQueryRows;
-  // Paged K/V and per-sequence key ranges (p.kv) run on the sm80 family: its loaders address K/V
-  // row by row through common/kv_layout.hpp; the sm90 forward's TMA boxes do not (yet).
-  const bool sm90_supports = !p.kv.any() && sm90::supports_forward(p);
+  // Per-sequence key ranges (p.kv): the sm90 forward takes paged K/V (its TMA boxes of 16 keys
+  // from each page); cache_leftpad and cache_batch_idx run on the sm80 family.
+  const bool sm90_supports = sm90::supports_kv(p) && sm90::supports_forward(p);
   const Choice c = choose_family(p, "forward", cc, sm90_supports, !decoding, false);
   if (!run_instance(c.family, c.width, p)) throw_not_built(p, "forward", cc);
 }
@@ -235,11 +235,14 @@ void forward(const detail::ForwardProblem& p) {
 void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppend& append) {
   DeviceGuard guard(problem.device_index);
   const int cc = compute_capability(problem.device_index);
-  // The family first: an unbuilt kernel is reported before the cache is written.
-  const Choice c = choose_family(problem, "forward", cc, false, false, false);
+  // The family first: an unbuilt kernel is reported before the cache is written. As in forward:
+  // decoding runs on the sm80 family, more query rows over a paged cache on sm90 where it runs.
+  const bool decoding = problem.seqlen_q <= kDecodeMaxQueryRows;
+  const bool sm90_supports = sm90::supports_kv(problem) && sm90::supports_forward(problem);
+  const Choice c = choose_family(problem, "forward", cc, sm90_supports, !decoding, false);
   // The sm80 grid's limits (sm80/forward_launch.cuh), checked here too: after the append the
   // cache has been written.
-  if (problem.batch > 65535 || problem.heads_q > 65535)
+  if (c.family == Family::sm80 && (problem.batch > 65535 || problem.heads_q > 65535))
     throw Error(ErrorKind::unsupported, problem.batch > 65535 ? "batch" : "heads",
                 "at most 65535 on the sm80 forward's grid",
                 std::to_string(problem.batch > 65535 ? problem.batch : problem.heads_q));

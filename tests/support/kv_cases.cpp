@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -619,13 +620,13 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
 }
 
 KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
-                           Alibi alibi) {
+                           Alibi alibi, int head_dim) {
   std::mt19937_64 rng(seed);
   const std::vector<int> lens_q = {5, 1, 40}, lens_k = {70, 1, 300};
   // With ALiBi, seqused_k: sequences 0 and 2 use fewer keys than cu_seqlens_k gives them (the
   // bias counts from the last key in use), sequence 0 fewer than its queries (causal: masked rows).
   const std::vector<int> used = alibi != Alibi::none ? std::vector<int>{3, 1, 257} : lens_k;
-  const int B = 3, Hq = 4, Hk = 2, D = 64;
+  const int B = 3, Hq = 4, Hk = 2, D = head_dim;
   int max_k = 0, total_q = 0, total_k = 0;
   for (int b = 0; b < B; ++b) max_k = std::max(max_k, lens_k[b]), total_q += lens_q[b], total_k += lens_k[b];
   const int max_blocks = (max_k + page_size - 1) / page_size, num_blocks = B * max_blocks + 2;
@@ -639,9 +640,24 @@ KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind d
   for (HostTensor* t : {&kc, &vc, &q}) t->fill_normal(rng);
   out.poison();
   lse.poison();
+  const auto* table = static_cast<const std::int32_t*>(tab.data());
+  // Every pool row that holds no key in use is NaN, as an engine's uninitialized pool may be:
+  // the call must neither read them into a result nor multiply them by zero probabilities.
+  {
+    std::vector<char> live(std::size_t(num_blocks) * page_size, 0);
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < used[b]; ++j)
+        live[std::size_t(table[b * max_blocks + j / page_size]) * page_size + j % page_size] = 1;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (std::size_t row = 0; row < live.size(); ++row)
+      if (!live[row])
+        for (std::int64_t e = 0; e < std::int64_t(Hk) * D; ++e) {
+          kc.set(std::int64_t(row) * Hk * D + e, nan);
+          vc.set(std::int64_t(row) * Hk * D + e, nan);
+        }
+  }
   // The gathered contiguous K/V.
   HostTensor kp(dtype, {total_k, Hk, D}), vp(dtype, {total_k, Hk, D});
-  const auto* table = static_cast<const std::int32_t*>(tab.data());
   for (int b = 0, row0 = 0; b < B; row0 += lens_k[b], ++b)
     for (int j = 0; j < lens_k[b]; ++j)
       for (int h = 0; h < Hk; ++h)

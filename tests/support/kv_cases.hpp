@@ -45,8 +45,9 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
 
 // Paged K/V in the variable-length forward (ForwardArgs::block_table), against the reference
 // on the gathered contiguous K/V; with `alibi`, slopes of that shape (and seqused_k shortening
-// two of the sequences, so that the bias counts from the keys in use).
+// two of the sequences, so that the bias counts from the keys in use). Pool rows holding no key
+// in use are NaN; sequences end inside a page and inside a 16-row box of it.
 KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
-                           Alibi alibi = Alibi::none);
+                           Alibi alibi = Alibi::none, int head_dim = 64);
 
 }  // namespace flashattn::testing

@@ -41,6 +41,16 @@ inline bool supports_forward(const detail::ForwardProblem& p) {
   return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
          tma_readable(p, p.out, true) && head_columns(p).vectors;
 }
+// Whether the forward takes the problem's per-sequence key ranges (p.kv): none, or paged K/V
+// (forward_paged_kv.cuh) with seqused_k and appended rows. Not k_start (cache_leftpad),
+// batch_index (cache_batch_idx) or seqused_k over contiguous K/V: the whole-block loads would
+// read the rows past a sequence's keys without zeroing them. Not paged K/V with dropout (no
+// kernel has both). Those run on the sm80 family.
+inline bool supports_kv(const detail::Problem& p) {
+  return !p.kv.any() ||
+         (p.kv.paged() && p.kv.k_start == nullptr && p.kv.batch_index == nullptr && !p.dropout.enabled());
+}
+
 // Whether the FP8 forward can read the problem's operands: TMA-readable, the head dim a multiple of
 // 16 and every pointer and followed stride a multiple of 16 bytes (1-byte Q, K, V; 2-byte out).
 inline bool supports_fp8_forward(const detail::ForwardProblem& p) {

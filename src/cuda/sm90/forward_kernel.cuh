@@ -15,8 +15,9 @@
 namespace flashattn::cuda::sm90 {
 
 // kDropout: dropout on P after the softmax (forward_consumer.cuh). kKeyBlockScales (FP8): K's
-// descale factors per block of keys (block quantization), taken in the softmax step.
-template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
+// descale factors per block of keys (block quantization), taken in the softmax step. kPagedKv:
+// K/V from pages (forward_paged_kv.cuh), a kernel of its own so that the others keep their code.
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false, bool kPagedKv = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams<Traits> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -34,6 +35,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
+    if constexpr (kPagedKv) {
+      cute::prefetch_tma_descriptor(params.tma_k_page.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v_page.get_tma_descriptor());
+    }
   }
 
   using PipelineK = typename Traits::PipelineK;
@@ -66,7 +71,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (producer_warp) run_producer(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
+    if (producer_warp) run_producer<Traits, kPagedKv>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     run_consumers<Traits, Softmax, kDropout, kKeyBlockScales>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile,

@@ -51,19 +51,38 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   ForwardParams<Traits> f{};
 
   const bool varlen = p.is_varlen();
+  const bool paged = p.kv.paged();
+  // Paged K/V: the whole-block copies are built over the pools too, (row in page, head dim,
+  // heads_kv, page), as are the page-box copies (forward_paged_kv.cuh).
+  auto key_side = [&](const detail::SeqTensor& t) {
+    return paged ? paged_kv_view<Traits, const Element>(p, t) : tma_view<Traits, const Element>(p, t, false);
+  };
   auto q = tma_view<Traits, const Element>(p, p.q, true);
-  auto k = tma_view<Traits, const Element>(p, p.k, false);
+  auto k = key_side(p.k);
   auto o = tma_view<Traits, typename Traits::OutputElement>(p, p.out, true);
   f.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename Traits::SmemLayoutQ{}),
                           Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, _1{});
   f.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutK{}),
                           Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}, _1{});
+  using PageBox = typename Traits::PageBox;
+  f.tma_k_page = make_tma_copy(SM90_TMA_LOAD{}, k,
+                               typename Traits::template PageBoxLayout<typename Traits::SmemLayoutK>{}, PageBox{}, _1{});
+  f.shape_kv_page = k.shape();
   if constexpr (!Traits::kFp8) {  // FP8: set_transposed_value, once V^T is written
-    auto v = tma_view<Traits, const Element>(p, p.v, false);
+    auto v = key_side(p.v);
     f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
                             typename Traits::ValueBox{}, _1{});
+    f.tma_v_page = make_tma_copy(SM90_TMA_LOAD{}, v,
+                                 typename Traits::template PageBoxLayout<typename Traits::SmemLayoutV>{}, PageBox{}, _1{});
     f.shape_v = v.shape();
+  } else {
+    f.tma_v_page = f.tma_k_page;  // never used: FP8 reads contiguous K/V only
   }
+  f.kv = p.kv;
+  f.v = p.v.data;
+  f.v_page_stride = p.v.batch_stride;
+  f.v_row_stride = p.v.seq_stride;
+  f.v_head_stride = p.v.head_stride;
   f.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{},
                           Shape<Int<Traits::kRowsPerWarpGroup>, Int<Traits::kHeadDim>>{}, _1{});
   f.shape_q = q.shape();
@@ -112,7 +131,8 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.order = TileOrder::make(m_blocks, p.heads_q, p.batch, kv_bytes, l2_bytes, p.is_local(), sm_count);
   // The tail split needs every tile the same length (no mask, fixed length); not with dropout,
   // whose 1 / (1 - p) the merge of a split tile's segments would have to carry.
-  const bool even_tiles = !p.is_local() && !varlen && Traits::kTailSplit && !p.dropout.enabled();
+  // Nor with per-sequence key ranges (p.kv), whose tiles differ in length.
+  const bool even_tiles = !p.is_local() && !varlen && Traits::kTailSplit && !p.dropout.enabled() && !p.kv.any();
   const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const long long tiles = (long long)m_blocks * p.heads_q * p.batch;
   f.tail = TailSplit::make(tiles, int(std::min<long long>(tiles, sm_count)), key_blocks, even_tiles);
@@ -135,7 +155,7 @@ void set_transposed_value(ForwardParams<Traits>& f, const detail::ForwardProblem
   f.shape_v = vt_tensor.shape();
 }
 
-template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false, bool kPagedKv = false>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
   const long long tiles = (long long)params.order.num_m_blocks * p.heads_q * p.batch;
@@ -143,7 +163,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",
                 std::to_string(tiles));
-  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout, kKeyBlockScales>;
+  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout, kKeyBlockScales, kPagedKv>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int grid = int(std::min<long long>(tiles, sm_count));
@@ -209,8 +229,15 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
       return launch_kernel<Traits, Fp8ForwardSoftmax<kSoftmaxDefault>, false, true>(p, sm_count, l2_bytes);
     launch_softmax_variant<Traits, Fp8ForwardSoftmax>(p, sm_count, l2_bytes);
   } else {
-    // Dropout: one more kernel per (dtype, head dim), with the default softmax, on 128-row tiles
-    // only (query_block_rows).
+    // Paged K/V and dropout: one more kernel each per (dtype, head dim), with the default softmax,
+    // on 128-row tiles only (query_block_rows); not the two together (api.hpp: supports_kv).
+    if (p.kv.paged()) {
+      if constexpr (Traits::kConsumerWarpGroups == 2)
+        return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, false, false, true>(p, sm_count, l2_bytes);
+      else
+        throw Error(ErrorKind::runtime, "block_table", "paged K/V on 128-row tiles (query_block_rows picks them)",
+                    "a 192-row tile");
+    }
     if (p.dropout.enabled()) {
       if constexpr (Traits::kConsumerWarpGroups == 2)
         return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);
@@ -240,7 +267,8 @@ void run_forward(const detail::ForwardProblem& p) {
   };
   // 192 rows (three consumer warpgroups) up to head dim 64, where they take fewer waves.
   if constexpr (HeadDim <= 64) {
-    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled()) == 192)
+    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled(),
+                         p.kv.paged()) == 192)
       return launch(std::integral_constant<int, 192>{});
   }
   launch(std::integral_constant<int, 128>{});

@@ -5,6 +5,7 @@
 
 #include "common/philox.hpp"
 #include "common/alibi.hpp"
+#include "common/kv_layout.hpp"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
 
@@ -26,6 +27,16 @@ struct ForwardParams {
   // (rows, head dim, heads, batch) extents the TMA tensors were built with; FP8 V^T's is
   // (head dim, keys, heads, batch).
   typename Traits::GmemShape shape_q, shape_k, shape_v, shape_o;
+  // Paged K/V (kv.paged(); forward_paged_kv.cuh): boxes of Traits::kPageRows keys over the page
+  // pools, (row in page, head dim, heads_kv, page); V's rows past a sequence's last key are also
+  // copied by plain loads from v (element (page, row, h) at v + page * v_page_stride + row *
+  // v_row_stride + h * v_head_stride).
+  typename Traits::TmaLoadKPage tma_k_page;
+  typename Traits::TmaLoadVPage tma_v_page;
+  typename Traits::GmemShape shape_kv_page;
+  detail::KvMap kv;  // per-sequence key ranges and pages (common/kv_layout.hpp); empty: none
+  const void* v;
+  std::int64_t v_page_stride, v_row_stride, v_head_stride;
 
   // Output, also written directly (variable length, empty tiles): element (row, h) of
   // sequence b at out + b * batch_stride + row * seq_stride + h * head_stride.

@@ -5,11 +5,12 @@
 // next tile's Q arrives while this one runs; above, the one stage is free after the last QK^T,
 // so it arrives while this one ends), then K and V interleaved in the order the consumers use
 // them (K of block j - 1 before V of block j, since QK^T of the next block runs ahead of P.V of
-// the current one).
+// the current one). Paged K/V arrive in boxes of a page's keys (forward_paged_kv.cuh).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "cuda/sm90/forward_paged_kv.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tile.cuh"
 #include "cuda/sm90/fp8_value_transpose.cuh"
@@ -23,7 +24,13 @@ CUTE_DEVICE auto group_all_but_last(Tensor&& t) {
   return cute::group_modes<0, kRank - 1>(t);
 }
 
-template <class Traits>
+// a if kFirst, else b (a compile-time choice between objects of different types).
+template <bool kFirst, class A, class B>
+CUTE_DEVICE auto& pick(A& a, B& b) {
+  if constexpr (kFirst) return a; else return b;
+}
+
+template <class Traits, bool kPaged>
 CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                               typename Traits::PipelineQ& pipeline_q,
                               typename Traits::PipelineK& pipeline_k,
@@ -44,6 +51,19 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   Tensor tKsK = group_all_but_last(tma_k.partition_D(sK));  // (TMA, stage)
   Tensor tVsV = group_all_but_last(tma_v.partition_D(sV));
   Tensor tQsQ = tma_q.partition_D(sQ);  // (TMA, 1, 1, stage)
+  // Paged K/V (forward_paged_kv.cuh): page boxes and whole blocks over the pools. (FP8's V^T
+  // stages would not divide into boxes of keys: K's stand in, never used.)
+  static_assert(!kPaged || !Traits::kFp8, "FP8 reads contiguous K/V only");
+  auto& paged_value_stages = pick<!Traits::kFp8>(sV, sK);
+  auto paged_k = make_paged_operand(
+      p.tma_k_page, p.tma_k_page.get_tma_tensor(p.shape_kv_page),
+      p.tma_k_page.get_slice(_0{}).partition_D(flat_divide(sK, typename Traits::PageBox{})), p.tma_k, mK,
+      tma_k.partition_D(sK), sK);
+  auto paged_v = make_paged_operand(
+      p.tma_v_page, p.tma_v_page.get_tma_tensor(p.shape_kv_page),
+      p.tma_v_page.get_slice(_0{}).partition_D(flat_divide(paged_value_stages, typename Traits::PageBox{})), p.tma_v,
+      mV, tma_v.partition_D(paged_value_stages), paged_value_stages);
+  const int lane = cutlass::canonical_lane_idx();
 
   auto state_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
   auto state_k = cutlass::make_producer_start_state<typename Traits::PipelineK>();
@@ -103,8 +123,29 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
                dst(_, state.index()));
         ++state;
       };
-      auto load_k = [&](int block) { load_block(pipeline_k, state_k, p.tma_k, tKgK, tKsK, block); };
-      auto load_v = [&](int block) { load_block(pipeline_v, state_v, p.tma_v, tVgV, tVsV, block); };
+      // Paged: V of a block reuses the pages its K looked up (V of block j follows K of block j - 1,
+      // or of j itself at the tile's end), and K's lookup runs one load ahead (forward_paged_kv.cuh).
+      const PagedKeyBlocks<Traits> pages{p, w.coord.batch, head_kv, w.seq.len_k, lane, leader};
+      int key_block = -1, key_pages = 0, previous_key_pages = 0, next_key_pages = 0;
+      if constexpr (kPaged) next_key_pages = pages.box_page(w.key_blocks.end - 1);
+      auto load_k = [&](int block) {
+        if constexpr (kPaged) {
+          key_block = block;
+          previous_key_pages = key_pages;
+          key_pages = next_key_pages;
+          pages.template load<false>(pipeline_k, state_k, smem.pipeline_k, paged_k, block, key_pages);
+          if (block > w.key_blocks.begin) next_key_pages = pages.box_page(block - 1);
+        } else {
+          load_block(pipeline_k, state_k, p.tma_k, tKgK, tKsK, block);
+        }
+      };
+      auto load_v = [&](int block) {
+        if constexpr (kPaged)
+          pages.template load<true>(pipeline_v, state_v, smem.pipeline_v, paged_v, block,
+                                    block == key_block ? key_pages : previous_key_pages);
+        else
+          load_block(pipeline_v, state_v, p.tma_v, tVgV, tVsV, block);
+      };
 
       const int last = w.key_blocks.end - 1;
       load_k(last);

@@ -22,7 +22,8 @@ enum ForwardBarrier : uint32_t {
 };
 
 // Where sequence b lives: its lengths and, for variable length, its first row in the packed
-// tensors (0 for fixed length, where the batch index addresses it).
+// tensors (0 for fixed length, where the batch index addresses it). With paged K/V, row_k is 0
+// and len_k what kv_span (common/kv_layout.hpp) gives: seqused_k and appended rows included.
 struct SequenceRows {
   int len_q, len_k;
   int row_q, row_k;
@@ -30,9 +31,17 @@ struct SequenceRows {
 
 template <class Traits>
 CUTE_DEVICE SequenceRows sequence_rows(ForwardParams<Traits> const& p, int b) {
-  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, p.seqlen_k, 0, 0};
-  const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
-  return {p.cu_seqlens_q[b + 1] - q0, p.cu_seqlens_k[b + 1] - k0, q0, k0};
+  SequenceRows s{p.seqlen_q, p.seqlen_k, 0, 0};
+  if (p.cu_seqlens_q != nullptr) {
+    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    s = {p.cu_seqlens_q[b + 1] - q0, p.cu_seqlens_k[b + 1] - k0, q0, k0};
+  }
+  if (p.kv.any()) {  // the launch passes kv only where api.hpp's supports_kv holds (no k_start or batch_index)
+    const detail::KvSpan span = detail::kv_span(p.kv, b, s.len_k, s.row_k);
+    s.len_k = span.len_k;
+    s.row_k = int(span.offset_k);
+  }
+  return s;
 }
 
 struct TileWork {

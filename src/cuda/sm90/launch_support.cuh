@@ -41,6 +41,20 @@ auto tma_view(const detail::Problem& p, const detail::SeqTensor& t, bool query_s
   return make_tensor(make_gmem_ptr(data), layout);
 }
 
+// A TMA view of a paged K or V pool (num_pages, page_size, heads_kv, head dim), as (row in page,
+// head dim, heads_kv, page): t's batch stride is the page stride (api/kv_cache.cpp: seq_of).
+template <class Traits, class Element>
+auto paged_kv_view(const detail::Problem& p, const detail::SeqTensor& t) {
+  using namespace cute;
+  const std::int64_t any = Traits::kHeadDim;
+  const int pages = std::max(p.kv.pages.num_pages, 1), rows = std::max(p.kv.pages.page_size, 1);
+  auto pick = [&](std::int64_t stride, std::int64_t extent) { return extent > 1 ? stride : any; };
+  auto layout = make_layout(make_shape(rows, int(p.head_dim), std::max(p.heads_kv, 1), pages),
+                            make_stride(pick(t.seq_stride, rows), _1{}, pick(t.head_stride, p.heads_kv),
+                                        pick(t.batch_stride, pages)));
+  return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data ? t.data : p.q.data)), layout);
+}
+
 // Per-device facts, queried once (a call's host time counts for short problems).
 struct DeviceFacts {
   int sm_count, l2_bytes;
