@@ -17,6 +17,9 @@
 // A cache's rows there may hold anything, NaN included (an engine's pool is often
 // uninitialized), and P.V multiplies them by P's zeros. K's rows there need nothing: their scores
 // are replaced by the mask. The copy waits for its loads, once per tile at most.
+//
+// Rows copied by cp.async instead of boxes (by this warp, or by the whole producer warpgroup) ran
+// 1.3-2.1x slower at head dim 128 (H100, 2026-11-28; docs/kernels/kv-cache.md).
 #include <cstdint>
 
 #include <cute/tensor.hpp>
