@@ -35,8 +35,8 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaKvCache,
                          ::testing::Combine(::testing::ValuesIn(kv_cases()), ::testing::Values(DType::bf16, DType::f16)),
                          kv_case_name);
 
-// Per dtype, so that a build without one of them skips only its rows.
-class CudaPagedVarlen : public ::testing::TestWithParam<DType> {
+// Per dtype and head dim, so that a build without one of them skips only its rows.
+class CudaPagedVarlen : public ::testing::TestWithParam<std::tuple<DType, int>> {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
@@ -47,26 +47,29 @@ class CudaPagedVarlen : public ::testing::TestWithParam<DType> {
 // pages of 16 and 48 take boxes, pages of 256 both) where it is built; FLASHATTN_CUDA_FAMILY=sm80
 // or sm90 picks either family.
 TEST_P(CudaPagedVarlen, Forward) {
+  const auto [dtype, head_dim] = GetParam();
   run_or_skip_unsupported([&] {
-    for (int head_dim : {64, 128})
-      for (int page : {16, 48, 256})
-        for (bool causal : {false, true})
-          expect_paged_varlen_ok(page, causal, GetParam(), DeviceKind::cuda, Alibi::none, head_dim);
+    for (int page : {16, 48, 80, 112, 256})  // 80 / 112: whole blocks at head dim 256 / 192 (their key blocks)
+      for (bool causal : {false, true}) expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cuda, Alibi::none, head_dim);
   });
 }
 
 // ALiBi over paged K/V with seqused_k (the bias counts from each sequence's last key in use).
 TEST_P(CudaPagedVarlen, Alibi) {
+  const auto [dtype, head_dim] = GetParam();
   run_or_skip_unsupported([&] {
     for (int page : {16, 48, 256})
       for (bool causal : {false, true})
         for (Alibi alibi : {Alibi::heads, Alibi::batch_heads})
-          expect_paged_varlen_ok(page, causal, GetParam(), DeviceKind::cuda, alibi);
+          expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cuda, alibi, head_dim);
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtype, CudaPagedVarlen, ::testing::Values(DType::bf16, DType::f16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Table, CudaPagedVarlen,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f16), ::testing::Values(64, 128, 192, 256)),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, int>>& info) {
+                           return to_string(std::get<0>(info.param)) + "_hd" + std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace flashattn::testing

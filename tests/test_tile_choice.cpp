@@ -12,6 +12,7 @@
 #include "cuda/common/tail_split.cuh"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm80/forward_heuristics.hpp"
+#include "cuda/sm90/api.hpp"
 #include "cuda/sm90/backward_claim_order.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "support/cases.hpp"
@@ -323,6 +324,41 @@ TEST(Sm90BackwardClaimOrder, EveryTileOnceAndDeterministicKeyBlocksLastToFirstIn
   EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 1024, 1LL << 10, l2), 2);
   EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 0, 0, l2), 132);
   EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32, l2, l2), 1);  // none fits: 1
+}
+
+// Which per-sequence key ranges the sm90 forward takes (sm90/api.hpp: supports_kv): paged K/V
+// with aligned pools, nothing it would read past a sequence without zeroing.
+TEST(Sm90Forward, TakesPagedKv) {
+  static const std::int32_t table[4] = {0, 1, 2, 3};
+  static const std::int32_t lengths[1] = {5};
+  detail::ForwardProblem p;
+  p.dtype = DType::bf16;
+  p.heads_kv = 2;
+  EXPECT_TRUE(cuda::sm90::supports_kv(p));  // no key ranges at all
+  alignas(16) static std::uint16_t pool[16];
+  const detail::SeqTensor aligned{pool, 16 * 2 * 64, 2 * 64, 64};  // (pages, 16 rows, 2 heads, 64)
+  p.k = p.v = aligned;
+  p.kv.seqused_k = lengths;
+  EXPECT_FALSE(cuda::sm90::supports_kv(p));  // seqused_k over contiguous K/V
+  p.kv.pages = {table, 4, 16, 4, 10};
+  EXPECT_TRUE(cuda::sm90::supports_kv(p));
+  detail::ForwardProblem q = p;
+  q.kv.k_start = lengths;  // cache_leftpad
+  EXPECT_FALSE(cuda::sm90::supports_kv(q));
+  q = p;
+  q.kv.batch_index = lengths;  // cache_batch_idx
+  EXPECT_FALSE(cuda::sm90::supports_kv(q));
+  q = p;
+  q.dropout.p = 0.1f;
+  EXPECT_FALSE(cuda::sm90::supports_kv(q));
+  q = p;
+  q.v.seq_stride = 2 * 64 + 4;  // rows 264 bytes apart: not TMA's 16-byte multiple
+  EXPECT_FALSE(cuda::sm90::supports_kv(q));
+  q = p;
+  q.k.data = reinterpret_cast<char*>(pool) + 2;
+  EXPECT_FALSE(cuda::sm90::supports_kv(q));
+  // Paged K/V takes 128-row tiles at every head dim (one paged kernel per dtype and head dim).
+  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, false, true), 128);
 }
 
 }  // namespace

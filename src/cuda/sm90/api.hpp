@@ -46,9 +46,15 @@ inline bool supports_forward(const detail::ForwardProblem& p) {
 // batch_index (cache_batch_idx) or seqused_k over contiguous K/V: the whole-block loads would
 // read the rows past a sequence's keys without zeroing them. Not paged K/V with dropout (no
 // kernel has both). Those run on the sm80 family.
+// Paged pools must be 16-byte aligned in their data and strides (TMA's rule; the tail copy's
+// 16-byte loads).
 inline bool supports_kv(const detail::Problem& p) {
-  return !p.kv.any() ||
-         (p.kv.paged() && p.kv.k_start == nullptr && p.kv.batch_index == nullptr && !p.dropout.enabled());
+  if (!p.kv.any()) return true;
+  auto pool_readable = [&](const detail::SeqTensor& t) {
+    return vector_aligned(t, 2, p.kv.pages.page_size, p.heads_kv, p.kv.pages.num_pages);
+  };
+  return p.kv.paged() && p.kv.k_start == nullptr && p.kv.batch_index == nullptr && !p.dropout.enabled() &&
+         pool_readable(p.k) && pool_readable(p.v);
 }
 
 // Whether the FP8 forward can read the problem's operands: TMA-readable, the head dim a multiple of

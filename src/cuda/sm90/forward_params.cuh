@@ -28,8 +28,9 @@ struct ForwardParams {
   // (head dim, keys, heads, batch).
   typename Traits::GmemShape shape_q, shape_k, shape_v, shape_o;
   // Paged K/V (kv.paged(); forward_paged_kv.cuh): boxes of Traits::kPageRows keys over the page
-  // pools, (row in page, head dim, heads_kv, page); V's rows past a sequence's last key are also
-  // copied by plain loads from v (element (page, row, h) at v + page * v_page_stride + row *
+  // pools, (row in page, head dim, heads_kv, page); tma_k and tma_v, built over the pools too,
+  // copy whole blocks where pages hold them. The box of V holding a sequence's last key is copied
+  // by plain loads from v (element (page, row, h) at v + page * v_page_stride + row *
   // v_row_stride + h * v_head_stride).
   typename Traits::TmaLoadKPage tma_k_page;
   typename Traits::TmaLoadVPage tma_v_page;
