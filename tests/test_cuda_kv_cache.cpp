@@ -68,7 +68,7 @@ TEST_P(CudaPagedVarlen, Alibi) {
 INSTANTIATE_TEST_SUITE_P(Table, CudaPagedVarlen,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f16), ::testing::Values(64, 128, 192, 256)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, int>>& info) {
-                           return to_string(std::get<0>(info.param)) + "_hd" + std::to_string(std::get<1>(info.param));
+                           return std::string(to_string(std::get<0>(info.param))) + "_hd" + std::to_string(std::get<1>(info.param));
                          });
 
 }  // namespace
