@@ -24,12 +24,6 @@ CUTE_DEVICE auto group_all_but_last(Tensor&& t) {
   return cute::group_modes<0, kRank - 1>(t);
 }
 
-// a if kFirst, else b (a compile-time choice between objects of different types).
-template <bool kFirst, class A, class B>
-CUTE_DEVICE auto& pick(A& a, B& b) {
-  if constexpr (kFirst) return a; else return b;
-}
-
 template <class Traits, bool kPaged>
 CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                               typename Traits::PipelineQ& pipeline_q,
@@ -51,18 +45,19 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   Tensor tKsK = group_all_but_last(tma_k.partition_D(sK));  // (TMA, stage)
   Tensor tVsV = group_all_but_last(tma_v.partition_D(sV));
   Tensor tQsQ = tma_q.partition_D(sQ);  // (TMA, 1, 1, stage)
-  // Paged K/V (forward_paged_kv.cuh): page boxes and whole blocks over the pools. (FP8's V^T
-  // stages would not divide into boxes of keys: K's stand in, never used.)
+  // Paged K/V (forward_paged_kv.cuh): page boxes and whole blocks over the pools; only in the
+  // paged kernel (FP8, which never pages, could not even divide its stages into boxes).
   static_assert(!kPaged || !Traits::kFp8, "FP8 reads contiguous K/V only");
-  auto& paged_value_stages = pick<!Traits::kFp8>(sV, sK);
-  auto paged_k = make_paged_operand(
-      p.tma_k_page, p.tma_k_page.get_tma_tensor(p.shape_kv_page),
-      p.tma_k_page.get_slice(_0{}).partition_D(flat_divide(sK, typename Traits::PageBox{})), p.tma_k, mK,
-      tma_k.partition_D(sK), sK);
-  auto paged_v = make_paged_operand(
-      p.tma_v_page, p.tma_v_page.get_tma_tensor(p.shape_kv_page),
-      p.tma_v_page.get_slice(_0{}).partition_D(flat_divide(paged_value_stages, typename Traits::PageBox{})), p.tma_v,
-      mV, tma_v.partition_D(paged_value_stages), paged_value_stages);
+  auto paged_operand = [&](auto const& box_tma, auto const& block_tma, auto& pool, auto& stages) {
+    if constexpr (kPaged)
+      return make_paged_operand(box_tma, box_tma.get_tma_tensor(p.shape_kv_page),
+                                box_tma.get_slice(_0{}).partition_D(flat_divide(stages, typename Traits::PageBox{})),
+                                block_tma, pool, block_tma.get_slice(_0{}).partition_D(stages), stages);
+    else
+      return 0;
+  };
+  auto paged_k = paged_operand(p.tma_k_page, p.tma_k, mK, sK);
+  auto paged_v = paged_operand(p.tma_v_page, p.tma_v, mV, sV);
   const int lane = cutlass::canonical_lane_idx();
 
   auto state_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
