@@ -175,6 +175,9 @@ Choice choose_family(const detail::Problem& p, const char* direction, int cc, bo
   if (allow_sm90 && sm90_runs && sm90_preferred && (width80 == 0 || width90 <= width80))
     return {Family::sm90, width90};
   if (width80 != 0) return {Family::sm80, width80};
+  // A build without the sm80 family still runs what sm90 supports but is not preferred for
+  // (decoding, for one).
+  if (allow_sm90 && sm90_runs) return {Family::sm90, width90};
   throw_not_built(p, direction, cc);
 }
 
