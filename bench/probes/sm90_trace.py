@@ -84,18 +84,32 @@ def tile_summary(tile_rows, period, per_tile):
     }
 
 
-def analyse(timelines):
-    phases = {}  # name -> list of cycles
+class Phases:
+    """Cycles per named phase; add() skips a phase the tile did not record (None)."""
 
-    def add(name, value):
+    def __init__(self):
+        self.values = {}
+
+    def add(self, name, value):
         if value is not None:
-            phases.setdefault(name, []).append(value)
+            self.values.setdefault(name, []).append(value)
 
+    def summaries(self):
+        return {name: summary(v) for name, v in self.values.items()}
+
+
+def consumer_tiles(timelines):
+    """(events, tiles) of each consumer warpgroup's timeline (warpgroup 0 is the producer)."""
+    for (_, wg), events in timelines.items():
+        if wg != 0:
+            yield events, tiles_of(events)
+
+
+def analyse(timelines):
+    phases = Phases()
+    add = phases.add
     periods, tile_rows = [], []
-    for (cta, wg), events in timelines.items():
-        if wg == 0:
-            continue
-        tiles = tiles_of(events)
+    for _, tiles in consumer_tiles(timelines):
         for i, tile in enumerate(tiles):
             turns = [t for name, t in tile if name == "turn"]
             blocks = len(turns) - 1
@@ -138,21 +152,14 @@ def analyse(timelines):
                 tile_rows.append((blocks, t_next - t_tile))
     period = statistics.median(periods) if periods else 0
     return {"turn_period_cycles": period, **tile_summary(tile_rows, period, "blocks_per_tile"),
-            "phases": {name: summary(v) for name, v in phases.items()}}
+            "phases": phases.summaries()}
 
 
 def analyse_backward(timelines):
-    phases = {}
-
-    def add(name, value):
-        if value is not None:
-            phases.setdefault(name, []).append(value)
-
+    phases = Phases()
+    add = phases.add
     periods, tile_rows, spans = [], [], []
-    for (cta, wg), events in timelines.items():
-        if wg == 0:
-            continue
-        tiles = tiles_of(events)
+    for events, tiles in consumer_tiles(timelines):
         for i, tile in enumerate(tiles):
             steps = [t for name, t in tile if name == "step"]
             done = [t for name, t in tile if name == "step_done"]
@@ -192,7 +199,7 @@ def analyse_backward(timelines):
         "step_period_cycles": period, **tile_summary(tile_rows, period, "steps_per_tile"),
         "timeline_cycles": statistics.median([s for s, _ in spans]) if spans else 0,
         "timeline_beyond_steps_cycles": statistics.median(beyond) if beyond else 0,
-        "phases": {name: summary(v) for name, v in phases.items()},
+        "phases": phases.summaries(),
     }
 
 

@@ -231,8 +231,7 @@ void forward(const detail::ForwardProblem& p) {
   // Per-sequence key ranges (p.kv): the sm90 forward takes paged K/V (TMA boxes of 16 keys from
   // each page, or whole blocks; sm90/forward_paged_kv.cuh); cache_leftpad and cache_batch_idx run
   // on the sm80 family (sm90/api.hpp: supports_kv).
-  const bool sm90_supports = sm90::supports_kv(p) && sm90::supports_forward(p);
-  const Choice c = choose_family(p, "forward", cc, sm90_supports, !decoding, false);
+  const Choice c = choose_family(p, "forward", cc, sm90::supports_forward(p), !decoding, false);
   if (!run_instance(c.family, c.width, p)) throw_not_built(p, "forward", cc);
 }
 
@@ -242,8 +241,7 @@ void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppe
   // The family first: an unbuilt kernel is reported before the cache is written. As in forward:
   // decoding runs on the sm80 family, more query rows over a paged cache on sm90 where it runs.
   const bool decoding = problem.seqlen_q <= kDecodeMaxQueryRows;
-  const bool sm90_supports = sm90::supports_kv(problem) && sm90::supports_forward(problem);
-  const Choice c = choose_family(problem, "forward", cc, sm90_supports, !decoding, false);
+  const Choice c = choose_family(problem, "forward", cc, sm90::supports_forward(problem), !decoding, false);
   // The sm80 grid's limits (sm80/forward_launch.cuh), checked here too: after the append the
   // cache has been written.
   if (c.family == Family::sm80 && (problem.batch > 65535 || problem.heads_q > 65535))

@@ -26,21 +26,6 @@ inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, b
            (e.batch > 1 && t.batch_stride == 0));
 }
 
-// Whether this family handles the problem (features it does not cover fall back to sm80).
-// Covered: f16/bf16, the built head dims (forward and backward 64/96/128/192/256), causal,
-// sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
-// as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
-// V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores). Dropout and ALiBi
-// both ways (the backward not the two together). Deterministic mode in the backward.
-// Pointers and strides must be 16-byte multiples (TMA's rule, and the plain loads' and stores'
-// 16-byte vectors), so the head dim a multiple of 8 (common/head_columns.cuh: `vectors`). The
-// forward runs a head dim below its kernel's width: the TMA views have the head dim's extent, so
-// loads zero-fill the columns past it and stores clip them. The backward takes only the widths
-// (dispatch.cu).
-inline bool supports_forward(const detail::ForwardProblem& p) {
-  return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
-         tma_readable(p, p.out, true) && head_columns(p).vectors;
-}
 // Whether the forward takes the problem's per-sequence key ranges (p.kv): none, or paged K/V
 // (forward_paged_kv.cuh) with seqused_k and appended rows. Not k_start (cache_leftpad),
 // batch_index (cache_batch_idx) or seqused_k over contiguous K/V: the whole-block loads would
@@ -55,6 +40,22 @@ inline bool supports_kv(const detail::Problem& p) {
   };
   return p.kv.paged() && p.kv.k_start == nullptr && p.kv.batch_index == nullptr && !p.dropout.enabled() &&
          pool_readable(p.k) && pool_readable(p.v);
+}
+
+// Whether this family handles the problem (features it does not cover fall back to sm80).
+// Covered: f16/bf16, the built head dims (forward and backward 64/96/128/192/256), causal,
+// sliding windows, softcap, GQA/MQA, variable length, LSE, any 16-byte-multiple strides, as long
+// as TMA can read the operands it reads: the forward Q, K, V and (storing) O; the backward Q, K,
+// V and dO (it reads O, and writes dQ/dK/dV, by plain loads and stores). Dropout and ALiBi
+// both ways (the backward not the two together). Deterministic mode in the backward.
+// Pointers and strides must be 16-byte multiples (TMA's rule, and the plain loads' and stores'
+// 16-byte vectors), so the head dim a multiple of 8 (common/head_columns.cuh: `vectors`). The
+// forward runs a head dim below its kernel's width: the TMA views have the head dim's extent, so
+// loads zero-fill the columns past it and stores clip them. The backward takes only the widths
+// (dispatch.cu). The forward's per-sequence key ranges: supports_kv.
+inline bool supports_forward(const detail::ForwardProblem& p) {
+  return tma_readable(p, p.q, true) && tma_readable(p, p.k, false) && tma_readable(p, p.v, false) &&
+         tma_readable(p, p.out, true) && head_columns(p).vectors && supports_kv(p);
 }
 
 // Whether the FP8 forward can read the problem's operands: TMA-readable, the head dim a multiple of
