@@ -35,10 +35,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
-    if constexpr (kPagedKv) {
-      cute::prefetch_tma_descriptor(params.tma_k_page.get_tma_descriptor());
-      cute::prefetch_tma_descriptor(params.tma_v_page.get_tma_descriptor());
-    }
+    if constexpr (kPagedKv) cute::prefetch_tma_descriptor(params.tma_k_page.get_tma_descriptor());
   }
 
   using PipelineK = typename Traits::PipelineK;
@@ -49,7 +46,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   pipeline_params.num_consumers = Traits::kConsumerThreads;
   pipeline_params.transaction_bytes = Traits::kKeyBytes;
   PipelineK pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
-  PipelineV pipeline_v(smem.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+  // Paged V is loaded by the producer warpgroup's other three warps, each thread arriving on the
+  // stage's full barrier (forward_paged_kv.cuh: run_value_loader); none of them leads.
+  typename PipelineV::Params value_params = pipeline_params;
+  if constexpr (kPagedKv) {
+    value_params.is_leader = false;
+    value_params.num_producers = Traits::kValueLoaderThreads;
+  }
+  PipelineV pipeline_v(smem.pipeline_v, value_params, Shape<_1, _1, _1>{});
   // Q's pipeline is set up like K's (its own Params type when the stage counts differ). Written
   // out rather than through a shared helper: the helper cost both d = 64 kernels 12 more bytes
   // of register spills (ptxas, 2026-11-23).
@@ -62,16 +66,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   PipelineQ pipeline_q(smem.pipeline_q, query_params, Shape<_1, _1, _1>{});
   using PipelineTile = typename Traits::PipelineTile;
   typename PipelineTile::Params tile_params;
-  tile_params.role = warp_group == 0 ? PipelineTile::ThreadCategory::Producer : PipelineTile::ThreadCategory::Consumer;
+  // Paged: the value loader's warps of the producer warpgroup read the tile slots too.
+  tile_params.role = warp_group != 0 ? PipelineTile::ThreadCategory::Consumer
+                     : kPagedKv      ? PipelineTile::ThreadCategory::ProducerConsumer
+                                     : PipelineTile::ThreadCategory::Producer;
   tile_params.producer_arv_count = 1;
-  tile_params.consumer_arv_count = Traits::kConsumerThreads;
+  tile_params.consumer_arv_count = Traits::kConsumerThreads + (kPagedKv ? Traits::kValueLoaderThreads : 0);
   tile_params.dst_blockid = 0;
   PipelineTile pipeline_tile(smem.pipeline_tile, tile_params);
   __syncthreads();  // barriers initialized before anyone waits on them
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (producer_warp) run_producer<Traits, kPagedKv>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
+    if (producer_warp)
+      run_producer<Traits, kPagedKv>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
+    else if constexpr (kPagedKv)
+      run_value_loader<Traits>(params, smem, pipeline_v, pipeline_tile, int(threadIdx.x) - 32);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     run_consumers<Traits, Softmax, kDropout, kKeyBlockScales>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile,

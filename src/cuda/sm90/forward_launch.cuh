@@ -72,11 +72,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
     auto v = key_side(p.v);
     f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
                             typename Traits::ValueBox{}, _1{});
-    f.tma_v_page = make_tma_copy(SM90_TMA_LOAD{}, v,
-                                 typename Traits::template PageBoxLayout<typename Traits::SmemLayoutV>{}, PageBox{}, _1{});
     f.shape_v = v.shape();
-  } else {
-    f.tma_v_page = f.tma_k_page;  // never used: FP8 reads contiguous K/V only
   }
   f.kv = p.kv;
   f.v = p.v.data;

@@ -1,25 +1,27 @@
 #pragma once
-// Paged K/V in the sm90 forward's producer warp. A key block of kBlockN keys arrives as
-// kBlockN / kPageRows TMA boxes of kPageRows (16) keys, each from the page that block_table names
-// for them (common/kv_layout.hpp: kv_page): lane c of the warp looks up box c's page and issues its
-// copy, so a block's lookups are one load per lane, in parallel. Boxes past the sequence's last
-// key are read past the end of the pool, which TMA fills with zeros. The producer looks a block's
-// pages up one load ahead (forward_producer.cuh), so that the lookup's latency passes while it
-// waits for a free stage instead of between the stage's release and its copies.
+// Paged K/V in the sm90 forward's producer warpgroup.
 //
-// Where pages hold whole key blocks (page_size a multiple of kBlockN: pages of 128, 256 or 512 up
-// to head dim 128), a block that lies within the sequence's keys arrives as one copy, as in the
-// contiguous kernel: TMA has a cost per copy, and sixteen 2 KB boxes per 32 KB block made the
-// forward about 1.35x slower than one copy (H100, 2026-11-28; docs/kernels/kv-cache.md).
+// K: a key block of kBlockN keys arrives as kBlockN / kPageRows TMA boxes of kPageRows (16) keys,
+// each from the page that block_table names for them (common/kv_layout.hpp: kv_page): lane c of
+// the producer warp looks up box c's page and issues its copy, so a block's lookups are one load
+// per lane, in parallel. Boxes past the sequence's last key are read past the end of the pool,
+// which TMA fills with zeros (their scores are replaced by the mask). The producer looks a
+// block's pages up one load ahead (forward_producer.cuh), so that the lookup's latency passes
+// while it waits for a free stage instead of between the stage's release and its copies.
 //
-// V's box holding the sequence's last key, where that key does not end a box, is copied by the
-// warp with plain loads and stores instead: its rows past the last key are written as zeros.
-// A cache's rows there may hold anything, NaN included (an engine's pool is often
-// uninitialized), and P.V multiplies them by P's zeros. K's rows there need nothing: their scores
-// are replaced by the mask. The copy waits for its loads, once per tile at most.
+// V: the producer warpgroup's other three warps (run_value_loader), as 16-byte cp.async pieces of
+// its rows, zero-filled past the sequence's last key and past the problem's head dim. With K's
+// and V's boxes all on the TMA unit (two 2 KB boxes per 16 keys at head dim 128, about 150 SM
+// cycles each), the forward took 1.45x its contiguous time at head dim 128 with pages of 16. One
+// 4 KB box per 16 keys takes only 13-21% less time than two, and cp.async rows alone are no faster than
+// boxes, but the two paths side by side bring a block in 0.69x the time of boxes alone
+// (bench/probes/tma_box_rate.cu; docs/kernels/kv-cache.md). Rows past the sequence must be
+// zeros in V: a cache's rows there may hold anything, NaN included (an engine's pool is often
+// uninitialized), and P.V multiplies them by P's zeros.
 //
-// Rows copied by cp.async instead of boxes (by this warp, or by the whole producer warpgroup) ran
-// 1.3-2.1x slower at head dim 128 (H100, 2026-11-28; docs/kernels/kv-cache.md).
+// Where pages hold whole key blocks (page_size a multiple of kBlockN: pages of 128, 256 or 512
+// up to head dim 128), a block that lies within the sequence's keys arrives as one TMA copy, K
+// and V alike, as in the contiguous kernel.
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -28,14 +30,15 @@
 
 #include "common/kv_layout.hpp"
 #include "cuda/sm90/forward_params.cuh"
+#include "cuda/sm90/forward_tile.cuh"
 
 namespace flashattn::cuda::sm90 {
 
-// What PagedKeyBlocks::load needs of K or of V: the page-box copy, its coordinates over the pool
+// What PagedKeyBlocks::load_keys needs of K: the page-box copy, its coordinates over the pool
 // (row in page, head dim, heads_kv, page) and the stages as it partitions them (TMA, 1, 1, box, 1,
 // stage); the whole-block copy, its coordinates over the pool and the stages as it partitions
-// them (TMA, TMA_M, TMA_N, stage); and the plain (key, head dim, stage) stages (V's tail box).
-template <class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages, class Stages>
+// them (TMA, TMA_M, TMA_N, stage).
+template <class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages>
 struct PagedOperand {
   BoxTma const& box_tma;
   BoxPool box_pool;
@@ -43,13 +46,12 @@ struct PagedOperand {
   BlockTma const& block_tma;
   BlockPool block_pool;
   BlockStages block_stages;
-  Stages& stages;
 };
-template <class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages, class Stages>
+template <class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages>
 CUTE_DEVICE auto make_paged_operand(BoxTma const& box_tma, BoxPool box_pool, Boxes boxes, BlockTma const& block_tma,
-                                    BlockPool block_pool, BlockStages block_stages, Stages& stages) {
-  return PagedOperand<BoxTma, BoxPool, Boxes, BlockTma, BlockPool, BlockStages, Stages>{
-      box_tma, box_pool, boxes, block_tma, block_pool, block_stages, stages};
+                                    BlockPool block_pool, BlockStages block_stages) {
+  return PagedOperand<BoxTma, BoxPool, Boxes, BlockTma, BlockPool, BlockStages>{box_tma,   box_pool,   boxes,
+                                                                                block_tma, block_pool, block_stages};
 }
 
 template <class Traits>
@@ -76,40 +78,21 @@ struct PagedKeyBlocks {
     return lane < kBoxes ? page_of(block * kBlockN + lane * kPageRows) : p.kv.pages.num_pages;
   }
 
-  // Loads key block `block` of K (kValues false) or V into the pipeline's next stage; page: this
-  // lane's box_page(block). x: the operand's copies and views (PagedOperand).
-  template <bool kValues, class Pipeline, class State, class Storage, class Operand>
-  CUTE_DEVICE void load(Pipeline& pipeline, State& state, Storage& storage, Operand& x, int block, int page) const {
+  // Loads key block `block` of K into the pipeline's next stage; page: this lane's
+  // box_page(block). x: K's copies and views (PagedOperand).
+  template <class Pipeline, class State, class Operand>
+  CUTE_DEVICE void load_keys(Pipeline& pipeline, State& state, Operand& x, int block, int page) const {
     using namespace cute;
     const int row0 = block * kBlockN;
-    if (p.kv.pages.page_size % kBlockN == 0 && row0 + kBlockN <= len_k) {  // one copy (lane 0's page)
-      pipeline.producer_acquire(state);
+    pipeline.producer_acquire(state);
+    if (whole_block(row0)) {  // one copy (lane 0's page)
       if (leader) {
         Tensor g = local_tile(x.block_pool(_, _, head_kv, page), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                               make_coord(row0 % p.kv.pages.page_size / kBlockN, _0{}));
         copy(x.block_tma.with(*pipeline.producer_get_barrier(state), 0, TMA::CacheHintSm90::EVICT_LAST),
              x.block_tma.get_slice(_0{}).partition_S(g), x.block_stages(_, _, _, state.index()));
       }
-      ++state;
-      return;
-    }
-    // The box (of this block) that holds the last key without ending with it; -1: none.
-    int tail_box = -1;
-    if constexpr (kValues) {
-      const int box = len_k / kPageRows - block * kBoxes;
-      if (len_k % kPageRows != 0 && box >= 0 && box < kBoxes) tail_box = box;
-    }
-    if (tail_box >= 0) {
-      storage.empty_barrier_[state.index()].wait(state.phase());
-      copy_tail_box(x.stages, state.index(), row0 + tail_box * kPageRows, tail_box);
-      cutlass::arch::fence_view_async_shared();  // the stores, before the wgmmas that read them
-      __syncwarp();
-      // Arrive (a release) after the stores; TMA brings the other boxes' bytes.
-      if (leader) storage.full_barrier_[state.index()].arrive_and_expect_tx(Traits::kKeyBytes - Traits::kPageBoxBytes);
-    } else {
-      pipeline.producer_acquire(state);
-    }
-    if (lane < kBoxes && lane != tail_box) {
+    } else if (lane < kBoxes) {
       const int row = row0 + lane * kPageRows;
       const int in_page = row < len_k ? row % p.kv.pages.page_size : 0;
       Tensor box = local_tile(x.box_pool(_, _, head_kv, page), typename Traits::PageBox{}, make_coord(in_page / kPageRows, _0{}));
@@ -119,22 +102,89 @@ struct PagedKeyBlocks {
     ++state;
   }
 
-  // V rows [first, first + kPageRows) of the sequence into rows of box `box` of `stage`: the
-  // sequence's rows copied, the rest (and columns past the problem's head dim) zero.
-  template <class Stages>
-  CUTE_DEVICE void copy_tail_box(Stages& stages, int stage, int first, int box) const {
-    constexpr int kVectors = kHeadDim / 8;  // 16-byte vectors of a row
-    const int valid = len_k - first;
-    const int page = page_of(first), in_page = first % p.kv.pages.page_size;
-    const Element* src = static_cast<const Element*>(p.v) + page * p.v_page_stride + in_page * p.v_row_stride +
-                         head_kv * p.v_head_stride;
-    for (int i = lane; i < kPageRows * kVectors; i += 32) {
-      const int r = i / kVectors, c = i % kVectors * 8;
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (r < valid && c < p.head_dim) value = *reinterpret_cast<const uint4*>(src + r * p.v_row_stride + c);
-      *reinterpret_cast<uint4*>(&stages(box * kPageRows + r, c, stage)) = value;
-    }
+  // Whether the key block starting at row0 arrives as one copy: its page holds it whole and it
+  // lies within the sequence's keys.
+  CUTE_DEVICE bool whole_block(int row0) const {
+    return p.kv.pages.page_size % kBlockN == 0 && row0 + kBlockN <= len_k;
   }
 };
+
+// V's key blocks, loaded by the producer warpgroup's warps 1-3 (Traits::kValueLoaderThreads
+// threads; `thread` counts from 0 among them) in the order the producer warp loads K's (each
+// tile's blocks last to first): the same work items, read from the tile slots as the consumers
+// read them. A stage's full barrier counts one arrival per loader thread: a thread's cp.async
+// pieces arrive when they land (the .noinc arrive), and for a whole-block TMA copy thread 0
+// arrives with the copy's bytes and the others at once.
+template <class Traits>
+CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
+                                  typename Traits::PipelineV& pipeline_v, typename Traits::PipelineTile& pipeline_tile,
+                                  int thread) {
+  using namespace cute;
+  constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
+  static_assert(Traits::kValueLoaderThreads % kPieces == 0, "groups of whole rows");
+  constexpr int kGroups = Traits::kValueLoaderThreads / kPieces;  // threads of a box: a piece of each row
+  constexpr int kPageRows = Traits::kPageRows, kBoxes = kBlockN / kPageRows;
+  using Element = typename Traits::Element;
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});  // (key, head dim, stage)
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_v);  // the pool: (row in page, head dim, heads_kv, page)
+  Tensor tVsV = p.tma_v.get_slice(_0{}).partition_D(sV);  // (TMA, TMA_M, TMA_N, stage)
+  const int piece = thread % kPieces, group = thread / kPieces;
+  const bool piece_in_head = piece * 8 < p.head_dim;
+  const int page_size = p.kv.pages.page_size;
+
+  auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
+  typename Traits::PipelineTile::PipelineState state_tile;
+  const int num_items = p.tail.num_items();
+  for (;;) {
+    pipeline_tile.consumer_wait(state_tile);
+    const int index = smem.tile_slot[state_tile.index()].index;
+    const TileWork w = smem.tile_slot[state_tile.index()].work;
+    pipeline_tile.consumer_release(state_tile);
+    ++state_tile;
+    if (index >= num_items) break;
+    const int b = w.coord.batch, head_kv = w.coord.head / p.group, len_k = w.seq.len_k;
+    const PagedKeyBlocks<Traits> pages{p, b, head_kv, len_k, 0, false};
+    const Element* head_rows = static_cast<const Element*>(p.v) + head_kv * p.v_head_stride + piece * 8;
+    for (int block = w.key_blocks.end - 1; block >= w.key_blocks.begin; --block) {
+      pipeline_v.producer_acquire(state_v);  // no thread leads: only the wait for a free stage
+      auto& full = smem.pipeline_v.full_barrier_[state_v.index()];
+      const int row0 = block * kBlockN;
+      if (pages.whole_block(row0)) {
+        if (thread == 0) {
+          full.arrive_and_expect_tx(Traits::kKeyBytes);
+          Tensor g = local_tile(mV(_, _, head_kv, pages.page_of(row0)), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                                make_coord(row0 % page_size / kBlockN, _0{}));
+          copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state_v), 0, TMA::CacheHintSm90::EVICT_LAST),
+               p.tma_v.get_slice(_0{}).partition_S(g), tVsV(_, _, _, state_v.index()));
+        } else {
+          full.arrive();
+        }
+      } else {
+        // A group of kPieces threads copies a 16-key box: one page lookup, then its rows at a fixed
+        // stride, a piece a thread. Measured against this at head dims 64 / 128 (H100, 2026-11-28):
+        // a lookup per row (a division and a dependent load each) made the forward 2.2-3.0x slower;
+        // 8-row units, which share a block's rows more evenly at 128, 5-16% slower; the lookups
+        // made before the wait for a free stage, 7% faster at 64 but 1-4% slower with pages of 256
+        // at 128 (docs/kernels/kv-cache.md).
+        for (int box = group; box < kBoxes; box += kGroups) {
+          const int row = row0 + box * kPageRows;
+          const int rows = piece_in_head ? max(0, min(kPageRows, len_k - row)) : 0;  // the rest: zeros
+          const Element* src = head_rows;  // not read where past `rows`
+          if (rows > 0) src += int64_t(pages.page_of(row)) * p.v_page_stride + int64_t(row % page_size) * p.v_row_stride;
+          Tensor box_rows = local_tile(sV(_, _, state_v.index()), Shape<Int<kPageRows>, Int<8>>{}, make_coord(box, piece));
+          CUTE_UNROLL
+          for (int r = 0; r < kPageRows; ++r) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(cast_smem_ptr_to_uint(&box_rows(r, 0))),
+                         "l"(src + r * p.v_row_stride), "r"(r < rows ? 16 : 0)
+                         : "memory");
+          }
+        }
+        cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(&full));
+      }
+      ++state_v;
+    }
+  }
+}
 
 }  // namespace flashattn::cuda::sm90

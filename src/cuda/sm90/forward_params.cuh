@@ -27,13 +27,11 @@ struct ForwardParams {
   // (rows, head dim, heads, batch) extents the TMA tensors were built with; FP8 V^T's is
   // (head dim, keys, heads, batch).
   typename Traits::GmemShape shape_q, shape_k, shape_v, shape_o;
-  // Paged K/V (kv.paged(); forward_paged_kv.cuh): boxes of Traits::kPageRows keys over the page
-  // pools, (row in page, head dim, heads_kv, page); tma_k and tma_v, built over the pools too,
-  // copy whole blocks where pages hold them. The box of V holding a sequence's last key is copied
-  // by plain loads from v (element (page, row, h) at v + page * v_page_stride + row *
-  // v_row_stride + h * v_head_stride).
+  // Paged K/V (kv.paged(); forward_paged_kv.cuh): boxes of Traits::kPageRows keys of K over the
+  // page pool, (row in page, head dim, heads_kv, page); tma_k and tma_v, built over the pools too,
+  // copy whole blocks where pages hold them. V's other blocks are copied in rows from v (element
+  // (page, row, h) at v + page * v_page_stride + row * v_row_stride + h * v_head_stride).
   typename Traits::TmaLoadKPage tma_k_page;
-  typename Traits::TmaLoadVPage tma_v_page;
   typename Traits::GmemShape shape_kv_page;
   detail::KvMap kv;  // per-sequence key ranges and pages (common/kv_layout.hpp); empty: none
   const void* v;

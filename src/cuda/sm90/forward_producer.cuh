@@ -5,7 +5,8 @@
 // next tile's Q arrives while this one runs; above, the one stage is free after the last QK^T,
 // so it arrives while this one ends), then K and V interleaved in the order the consumers use
 // them (K of block j - 1 before V of block j, since QK^T of the next block runs ahead of P.V of
-// the current one). Paged K/V arrive in boxes of a page's keys (forward_paged_kv.cuh).
+// the current one). Paged K arrives in boxes of a page's keys; paged V is loaded by the other
+// three warps of the warpgroup (forward_paged_kv.cuh).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -45,19 +46,18 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   Tensor tKsK = group_all_but_last(tma_k.partition_D(sK));  // (TMA, stage)
   Tensor tVsV = group_all_but_last(tma_v.partition_D(sV));
   Tensor tQsQ = tma_q.partition_D(sQ);  // (TMA, 1, 1, stage)
-  // Paged K/V (forward_paged_kv.cuh): page boxes and whole blocks over the pools; only in the
-  // paged kernel (FP8, which never pages, could not even divide its stages into boxes).
+  // Paged K (forward_paged_kv.cuh): page boxes and whole blocks over the pool; only in the paged
+  // kernel (FP8, which never pages, could not even divide its stages into boxes). Paged V is the
+  // value loader's (the other three warps).
   static_assert(!kPaged || !Traits::kFp8, "FP8 reads contiguous K/V only");
-  auto paged_operand = [&](auto const& box_tma, auto const& block_tma, auto& pool, auto& stages) {
+  auto paged_k = [&] {
     if constexpr (kPaged)
-      return make_paged_operand(box_tma, box_tma.get_tma_tensor(p.shape_kv_page),
-                                box_tma.get_slice(_0{}).partition_D(flat_divide(stages, typename Traits::PageBox{})),
-                                block_tma, pool, block_tma.get_slice(_0{}).partition_D(stages), stages);
+      return make_paged_operand(p.tma_k_page, p.tma_k_page.get_tma_tensor(p.shape_kv_page),
+                                p.tma_k_page.get_slice(_0{}).partition_D(flat_divide(sK, typename Traits::PageBox{})),
+                                p.tma_k, mK, p.tma_k.get_slice(_0{}).partition_D(sK));
     else
       return 0;
-  };
-  auto paged_k = paged_operand(p.tma_k_page, p.tma_k, mK, sK);
-  auto paged_v = paged_operand(p.tma_v_page, p.tma_v, mV, sV);
+  }();
   const int lane = cutlass::canonical_lane_idx();
 
   auto state_q = cutlass::make_producer_start_state<typename Traits::PipelineQ>();
@@ -118,28 +118,20 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
                dst(_, state.index()));
         ++state;
       };
-      // Paged: V of a block reuses the pages its K looked up (V of block j follows K of block j - 1,
-      // or of j itself at the tile's end), and K's lookup runs one load ahead (forward_paged_kv.cuh).
+      // Paged: K's lookup runs one load ahead (forward_paged_kv.cuh).
       const PagedKeyBlocks<Traits> pages{p, w.coord.batch, head_kv, w.seq.len_k, lane, leader};
-      int key_block = -1, key_pages = 0, previous_key_pages = 0, next_key_pages = 0;
+      int next_key_pages = 0;
       if constexpr (kPaged) next_key_pages = pages.box_page(w.key_blocks.end - 1);
       auto load_k = [&](int block) {
         if constexpr (kPaged) {
-          key_block = block;
-          previous_key_pages = key_pages;
-          key_pages = next_key_pages;
-          pages.template load<false>(pipeline_k, state_k, smem.pipeline_k, paged_k, block, key_pages);
+          pages.load_keys(pipeline_k, state_k, paged_k, block, next_key_pages);
           if (block > w.key_blocks.begin) next_key_pages = pages.box_page(block - 1);
         } else {
           load_block(pipeline_k, state_k, p.tma_k, tKgK, tKsK, block);
         }
       };
       auto load_v = [&](int block) {
-        if constexpr (kPaged)
-          pages.template load<true>(pipeline_v, state_v, smem.pipeline_v, paged_v, block,
-                                    block == key_block ? key_pages : previous_key_pages);
-        else
-          load_block(pipeline_v, state_v, p.tma_v, tVgV, tVsV, block);
+        if constexpr (!kPaged) load_block(pipeline_v, state_v, p.tma_v, tVgV, tVsV, block);
       };
 
       const int last = w.key_blocks.end - 1;

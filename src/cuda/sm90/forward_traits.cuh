@@ -193,20 +193,17 @@ struct ForwardTraits {
   using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutO{},
                                            Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}, _1{}));
 
-  // Paged K/V (16-bit only; forward_paged_kv.cuh): a key block is loaded as boxes of kPageRows
-  // keys, each from its own page, over the page pool seen as (row in page, head dim, heads,
-  // page). Every page size is a multiple of kPageRows, so a box never spans two pages.
+  // Paged K/V (16-bit only; forward_paged_kv.cuh): a key block of K is loaded as boxes of
+  // kPageRows keys, each from its own page, over the page pool seen as (row in page, head dim,
+  // heads, page); every page size is a multiple of kPageRows, so a box never spans two pages. V is
+  // loaded in rows by the producer warpgroup's other three warps.
   static constexpr int kPageRows = 16;
   static_assert(kBlockN % kPageRows == 0, "key blocks of whole page boxes");
+  static constexpr int kValueLoaderThreads = 96;
   using PageBox = Shape<Int<kPageRows>, Int<kHeadDim>>;
   template <class StageLayout>
   using PageBoxLayout = decltype(take<0, 2>(flat_divide(take<0, 2>(StageLayout{}), PageBox{})));
-  // (FP8 reads contiguous K/V only: its V^T layout is never paged, so K's stands in.)
   using TmaLoadKPage = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, PageBoxLayout<SmemLayoutK>{}, PageBox{}, _1{}));
-  using TmaLoadVPage = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
-                                              PageBoxLayout<std::conditional_t<kFp8, SmemLayoutK, SmemLayoutV>>{},
-                                              PageBox{}, _1{}));
-  static constexpr uint32_t kPageBoxBytes = kPageRows * kHeadDim * sizeof(Element);
 };
 
 }  // namespace flashattn::cuda::sm90
