@@ -54,6 +54,17 @@ TEST_P(CudaPagedVarlen, Forward) {
   });
 }
 
+// Longer sequences on one SM (sm_margin): at head dim 64 they run the 192-row paged kernel (three
+// consumer warpgroups), the rest as above.
+TEST_P(CudaPagedVarlen, TallTiles) {
+  const auto [dtype, head_dim] = GetParam();
+  run_or_skip_unsupported([&] {
+    for (int page : {16, 48, 256})
+      for (bool causal : {false, true})
+        expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cuda, Alibi::none, head_dim, /*one_sm_long_queries=*/true);
+  });
+}
+
 // ALiBi over paged K/V with seqused_k (the bias counts from each sequence's last key in use).
 TEST_P(CudaPagedVarlen, Alibi) {
   const auto [dtype, head_dim] = GetParam();

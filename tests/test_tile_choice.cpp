@@ -38,6 +38,8 @@ TEST(Sm90TileChoice, TallTilesAtSmallHeadDimsWhenTheyTakeFewerWaves) {
   EXPECT_EQ(query_block_rows(64, 1, 1024, kSms, false), 128);
   // Dropout: always 128 rows (there is no 192-row dropout kernel).
   EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, true), 128);
+  // CudaPagedVarlen.TallTiles: 300 queries, 3 x 4 heads on one SM (sm_margin) take 192-row tiles.
+  EXPECT_EQ(query_block_rows(64, 300, 3 * 4, 1, false), 192);
 }
 
 long long tiles(const Case& c, int rows) {
@@ -357,8 +359,6 @@ TEST(Sm90Forward, TakesPagedKv) {
   q = p;
   q.k.data = reinterpret_cast<char*>(pool) + 2;
   EXPECT_FALSE(cuda::sm90::supports_kv(q));
-  // Paged K/V takes 128-row tiles at every head dim (one paged kernel per dtype and head dim).
-  EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, false, true), 128);
 }
 
 }  // namespace

@@ -48,6 +48,6 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
 // two of the sequences, so that the bias counts from the keys in use). Pool rows holding no key
 // in use are NaN; sequences end inside a page and inside a 16-row box of it.
 KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
-                           Alibi alibi = Alibi::none, int head_dim = 64);
+                           Alibi alibi = Alibi::none, int head_dim = 64, bool one_sm_long_queries = false);
 
 }  // namespace flashattn::testing

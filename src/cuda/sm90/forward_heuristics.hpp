@@ -50,11 +50,10 @@ constexpr int fp8_key_block_cols(int head_dim) {
 // short tiles, 192 rows ran 4% faster at n = 1k causal and 9% at 512, so the same rule serves
 // both. `heads_x_batch`: query heads times batch. With dropout always 128: it ran level or faster
 // there (H100, 2026-11-27: 3-6% at n = 1k, within 1% at 4k and 16k; docs/log/sm90-forward.md),
-// and so there is no 192-row dropout kernel. Paged K/V always 128 too: one paged kernel per dtype
-// and head dim (forward_paged_kv.cuh).
-inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout,
-                            bool paged = false) {
-  if (head_dim > 64 || dropout || paged) return 128;
+// and so there is no 192-row dropout kernel. Paged K/V takes the same rule as contiguous K/V
+// (a 192-row paged kernel at d = 64 since 2026-11-28: docs/kernels/kv-cache.md).
+inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout) {
+  if (head_dim > 64 || dropout) return 128;
   const long long n = seqlen_q > 0 ? seqlen_q : 1;
   const long long sms = sm_count > 0 ? sm_count : 1;
   const long long waves_128 = ((n + 127) / 128 * heads_x_batch + sms - 1) / sms;

@@ -225,15 +225,10 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
       return launch_kernel<Traits, Fp8ForwardSoftmax<kSoftmaxDefault>, false, true>(p, sm_count, l2_bytes);
     launch_softmax_variant<Traits, Fp8ForwardSoftmax>(p, sm_count, l2_bytes);
   } else {
-    // Paged K/V and dropout: one more kernel each per (dtype, head dim), with the default softmax,
-    // on 128-row tiles only (query_block_rows); not the two together (api.hpp: supports_kv).
-    if (p.kv.paged()) {
-      if constexpr (Traits::kConsumerWarpGroups == 2)
-        return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, false, false, true>(p, sm_count, l2_bytes);
-      else
-        throw Error(ErrorKind::runtime, "block_table", "paged K/V on 128-row tiles (query_block_rows picks them)",
-                    "a 192-row tile");
-    }
+    // Paged K/V and dropout: one more kernel each per (dtype, head dim, tile height), with the
+    // default softmax; dropout on 128-row tiles only (query_block_rows); not the two together
+    // (api.hpp: supports_kv).
+    if (p.kv.paged()) return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, false, false, true>(p, sm_count, l2_bytes);
     if (p.dropout.enabled()) {
       if constexpr (Traits::kConsumerWarpGroups == 2)
         return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);
@@ -263,8 +258,7 @@ void run_forward(const detail::ForwardProblem& p) {
   };
   // 192 rows (three consumer warpgroups) up to head dim 64, where they take fewer waves.
   if constexpr (HeadDim <= 64) {
-    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled(),
-                         p.kv.paged()) == 192)
+    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled()) == 192)
       return launch(std::integral_constant<int, 192>{});
   }
   launch(std::integral_constant<int, 128>{});
