@@ -228,9 +228,8 @@ void forward(const detail::ForwardProblem& p) {
   const int cc = compute_capability(p.device_index);
   if (p.dtype == DType::e4m3) return forward_fp8(p, cc);
   const bool decoding = p.seqlen_q <= kDecodeMaxQueryRows;
-  // Per-sequence key ranges (p.kv): the sm90 forward takes paged K/V (TMA boxes of 16 keys from
-  // each page, or whole blocks; sm90/forward_paged_kv.cuh); cache_leftpad and cache_batch_idx run
-  // on the sm80 family (sm90/api.hpp: supports_kv).
+  // Per-sequence key ranges (p.kv): the sm90 forward takes paged K/V (sm90/forward_paged_kv.cuh);
+  // cache_leftpad and cache_batch_idx run on the sm80 family (sm90/api.hpp: supports_kv).
   const Choice c = choose_family(p, "forward", cc, sm90::supports_forward(p), !decoding, false);
   if (!run_instance(c.family, c.width, p)) throw_not_built(p, "forward", cc);
 }

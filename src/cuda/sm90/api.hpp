@@ -31,8 +31,8 @@ inline bool tma_readable(const detail::Problem& p, const detail::SeqTensor& t, b
 // batch_index (cache_batch_idx) or seqused_k over contiguous K/V: the whole-block loads would
 // read the rows past a sequence's keys without zeroing them. Not paged K/V with dropout (no
 // kernel has both). Those run on the sm80 family.
-// Paged pools must be 16-byte aligned in their data and strides (TMA's rule; the tail copy's
-// 16-byte loads).
+// Paged pools must be 16-byte aligned in their data and strides (TMA's rule; V's 16-byte
+// cp.async pieces).
 inline bool supports_kv(const detail::Problem& p) {
   if (!p.kv.any()) return true;
   auto pool_readable = [&](const detail::SeqTensor& t) {

@@ -86,12 +86,9 @@ struct PagedKeyBlocks {
     const int row0 = block * kBlockN;
     pipeline.producer_acquire(state);
     if (whole_block(row0)) {  // one copy (lane 0's page)
-      if (leader) {
-        Tensor g = local_tile(x.block_pool(_, _, head_kv, page), Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                              make_coord(row0 % p.kv.pages.page_size / kBlockN, _0{}));
-        copy(x.block_tma.with(*pipeline.producer_get_barrier(state), 0, TMA::CacheHintSm90::EVICT_LAST),
-             x.block_tma.get_slice(_0{}).partition_S(g), x.block_stages(_, _, _, state.index()));
-      }
+      if (leader)
+        copy_whole_block(x.block_tma, x.block_pool, x.block_stages(_, _, _, state.index()),
+                         *pipeline.producer_get_barrier(state), page, row0);
     } else if (lane < kBoxes) {
       const int row = row0 + lane * kPageRows;
       const int in_page = row < len_k ? row % p.kv.pages.page_size : 0;
@@ -106,6 +103,17 @@ struct PagedKeyBlocks {
   // lies within the sequence's keys.
   CUTE_DEVICE bool whole_block(int row0) const {
     return p.kv.pages.page_size % kBlockN == 0 && row0 + kBlockN <= len_k;
+  }
+
+  // The block starting at row0, held whole by `page` (whole_block(row0)), into `stage` as one TMA
+  // copy: K's by the producer warp, V's by the value loader.
+  template <class Tma, class Pool, class Stage>
+  CUTE_DEVICE void copy_whole_block(Tma const& tma, Pool const& pool, Stage&& stage, uint64_t& barrier, int page,
+                                    int row0) const {
+    using namespace cute;
+    Tensor g = local_tile(pool(_, _, head_kv, page), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                          make_coord(row0 % p.kv.pages.page_size / kBlockN, _0{}));
+    copy(tma.with(barrier, 0, TMA::CacheHintSm90::EVICT_LAST), tma.get_slice(_0{}).partition_S(g), stage);
   }
 };
 
@@ -153,10 +161,8 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
       if (pages.whole_block(row0)) {
         if (thread == 0) {
           full.arrive_and_expect_tx(Traits::kKeyBytes);
-          Tensor g = local_tile(mV(_, _, head_kv, pages.page_of(row0)), Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                                make_coord(row0 % page_size / kBlockN, _0{}));
-          copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state_v), 0, TMA::CacheHintSm90::EVICT_LAST),
-               p.tma_v.get_slice(_0{}).partition_S(g), tVsV(_, _, _, state_v.index()));
+          pages.copy_whole_block(p.tma_v, mV, tVsV(_, _, _, state_v.index()), *pipeline_v.producer_get_barrier(state_v),
+                                 pages.page_of(row0), row0);
         } else {
           full.arrive();
         }
