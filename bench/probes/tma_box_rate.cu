@@ -22,6 +22,11 @@
 //      places as A), each thread's copies completing on the group's mbarrier;
 //   H  both paths at once: thread 0 issues A's boxes for half of a group's pages, warps 1-3 copy the
 //      other half with cp.async.
+//   M  clusters of two CTAs that read the same pages (two query heads of one KV head): each CTA
+//      issues A's boxes for half of a group's pages and multicasts them to both, so each SM
+//      issues half the boxes and still receives every byte. A ring slot is reused once both
+//      CTAs have their bytes (an empty barrier per slot, arrived on from both CTAs). Does the
+//      boxes' cost lie with the SM that issues them or with the one that receives them?
 // Prints cycles per group and per TMA instruction (SM clock, mean over CTAs; for G the per-
 // instruction figure counts thread copies) and the SMs' total rate.
 //
@@ -47,7 +52,7 @@ constexpr int kGroupBytes = kGroupPages * kPageRows * kHeadDim * 2;             
 constexpr int kRing = 4;
 constexpr int kGroups = 4096;  // per CTA
 
-enum Variant { kA, kB, kD, kE, kC, kG, kH };
+enum Variant { kA, kB, kD, kE, kC, kG, kH, kM };
 
 __device__ void wait_phase(uint32_t bar, uint32_t phase) {
   asm volatile(
@@ -157,6 +162,75 @@ __global__ void __launch_bounds__(128) stream_pages(const __grid_constant__ CUte
   if (threadIdx.x == 0) cycles[blockIdx.x] = clock64() - start;
 }
 
+__device__ void load4_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3,
+                                uint16_t ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4, %5, %6}], [%2], %7;" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(ctas)
+      : "memory");
+}
+
+// Variant M: a cluster of two CTAs streams the same groups of pages (the cluster's), each issuing
+// the boxes of every other page with multicast to both.
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
+    stream_pages_multicast(const __grid_constant__ CUtensorMap map, const int* pages, long long* cycles) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t full[kRing];
+  __shared__ __align__(8) uint64_t empty[kRing];
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kRing; ++i) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&full[i]))));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 2;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&empty[i]))));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  if (threadIdx.x == 0) {
+    const int cluster = blockIdx.x / 2;
+    const int head = cluster % kHeadsKv;
+    const int* my_pages = pages + size_t(cluster) * kGroups * kGroupPages;
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    // Tells both CTAs that this one has slot's bytes (its full barrier's phase is complete).
+    auto release_slot = [&](int slot) {
+      const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(&empty[slot]));
+      for (uint32_t cta = 0; cta < 2; ++cta) {
+        uint32_t remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(cta));
+        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+      }
+    };
+    const long long start = clock64();
+    for (int g = 0; g < kGroups; ++g) {
+      const int slot = g % kRing;
+      const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[slot]));
+      if (g >= kRing) {
+        wait_phase(bar, (g / kRing - 1) & 1);
+        release_slot(slot);
+        wait_phase(static_cast<uint32_t>(__cvta_generic_to_shared(&empty[slot])), (g / kRing - 1) & 1);
+      }
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kGroupBytes) : "memory");
+      const uint32_t dst = base + slot * kGroupBytes;
+      for (int i = int(rank); i < kGroupPages; i += 2) {
+        const int page = my_pages[g * kGroupPages + i];
+        const uint32_t d = dst + i * (kGroupBytes / kGroupPages);
+        load4_multicast(d, &map, bar, 0, 0, head, page, 0x3);
+        load4_multicast(d + 2048, &map, bar, 64, 0, head, page, 0x3);
+      }
+    }
+    for (int g = kGroups; g < kGroups + kRing; ++g) {
+      const int slot = g % kRing;
+      wait_phase(static_cast<uint32_t>(__cvta_generic_to_shared(&full[slot])), (g / kRing - 1) & 1);
+      release_slot(slot);
+    }
+    cycles[blockIdx.x] = clock64() - start;
+  }
+  // No CTA leaves while its peer may still write into its shared memory or arrive on its barriers.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // dims / strides in elements (strides of dims 1..rank-1), box in elements.
 CUtensorMap make_map(void* pool, int rank, const uint64_t* dims, const uint64_t* strides_elems, const uint32_t* box,
                      CUtensorMapSwizzle swizzle) {
@@ -194,6 +268,7 @@ int main() {
   CHECK(cudaMalloc(&d_cycles, sms * sizeof(long long)));
   const int smem = kRing * kGroupBytes;
   CHECK(cudaFuncSetAttribute(stream_pages, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(stream_pages_multicast, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
   const uint64_t row = uint64_t(kHeadsKv) * kHeadDim;  // elements between a head's rows
   const uint64_t page = kPageRows * row;
@@ -220,6 +295,8 @@ int main() {
        {row, kHeadDim, page}, {64, kPageRows, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
       {"H half A boxes (thread 0) + half cp.async (96 threads)", kH, 4, 8, {kHeadDim, kPageRows, kHeadsKv, kPoolPages},
        {row, kHeadDim, page}, {64, kPageRows, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
+      {"M A's boxes, half a group per CTA, multicast to a pair", kM, 4, 8, {kHeadDim, kPageRows, kHeadsKv, kPoolPages},
+       {row, kHeadDim, page}, {64, kPageRows, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
   };
   std::printf("%d SMs, %d MHz max clock; pool %d MB, %d groups of %d KB per SM\n", sms, clock_khz / 1000,
               int(pool_elems * 2 >> 20), kGroups, kGroupBytes / 1024);
@@ -230,10 +307,16 @@ int main() {
   for (int round = 0; round < 2; ++round) {
     for (const Case& c : cases) {
       const CUtensorMap map = make_map(pool, c.rank, c.dims, c.strides, c.box, c.swizzle);
-      stream_pages<<<sms, 128, smem>>>(map, c.variant, static_cast<const unsigned char*>(pool), d_pages, d_cycles);  // warm L2
+      auto launch = [&] {
+        if (c.variant == kM)
+          stream_pages_multicast<<<sms / 2 * 2, 128, smem>>>(map, d_pages, d_cycles);
+        else
+          stream_pages<<<sms, 128, smem>>>(map, c.variant, static_cast<const unsigned char*>(pool), d_pages, d_cycles);
+      };
+      launch();  // warm L2
       CHECK(cudaGetLastError());
       CHECK(cudaEventRecord(t0));
-      stream_pages<<<sms, 128, smem>>>(map, c.variant, static_cast<const unsigned char*>(pool), d_pages, d_cycles);
+      launch();
       CHECK(cudaEventRecord(t1));
       CHECK(cudaEventSynchronize(t1));
       float ms = 0;
