@@ -287,32 +287,33 @@ TEST(Sm80TileChoice, SharedTableRunsBothPrefillTilesAtHeadDim256) {
   EXPECT_TRUE(tall_tiles) << "no d = 256 case runs the 128 x 64 prefill tile";
 }
 
-// Every tile once; deterministic mode: each column's key blocks last to first, claimed
-// min(interleave, the group's columns) apart (the last group may be narrower).
-TEST(Sm90BackwardClaimOrder, EveryTileOnceAndDeterministicKeyBlocksLastToFirstInterleaved) {
+// Every tile once; each column's key blocks first to last (deterministic mode: last to first),
+// claimed min(interleave, the group's columns) apart (the last group may be narrower).
+TEST(Sm90BackwardClaimOrder, EveryTileOnceKeyBlocksInOrderColumnsInterleaved) {
   using cuda::sm90::BackwardClaimOrder;
   for (int n_blocks : {1, 3, 16}) {
     for (int columns : {1, 5, 15, 16, 17}) {
-      for (int interleave : {0, 1, 4, 16}) {
-        const BackwardClaimOrder order{n_blocks, columns, interleave};
-        std::vector<std::vector<int>> claims(columns);  // per column: (claim index, key block) in order
-        std::set<std::pair<int, int>> seen;
-        for (int index = 0; index < n_blocks * columns; ++index) {
-          const auto p = order.at(index);
-          ASSERT_GE(p.n_block, 0);
-          ASSERT_LT(p.n_block, n_blocks);
-          ASSERT_GE(p.column, 0);
-          ASSERT_LT(p.column, columns);
-          EXPECT_TRUE(seen.insert({p.column, p.n_block}).second) << "index " << index;
-          claims[p.column].push_back(index);
-          const int position = int(claims[p.column].size()) - 1;
-          EXPECT_EQ(p.n_block, interleave == 0 ? position : n_blocks - 1 - position)
-              << "n_blocks " << n_blocks << ", columns " << columns << ", interleave " << interleave;
-        }
-        if (interleave == 0) continue;
-        for (int c = 0; c < columns; ++c) {
-          const int group_columns = std::min(interleave, columns - c / interleave * interleave);
-          for (std::size_t i = 1; i < claims[c].size(); ++i) EXPECT_EQ(claims[c][i] - claims[c][i - 1], group_columns);
+      for (int interleave : {1, 4, 16}) {
+        for (bool last_to_first : {false, true}) {
+          const BackwardClaimOrder order{n_blocks, columns, interleave, last_to_first};
+          std::vector<std::vector<int>> claims(columns);  // per column: claim indices in order
+          std::set<std::pair<int, int>> seen;
+          for (int index = 0; index < n_blocks * columns; ++index) {
+            const auto p = order.at(index);
+            ASSERT_GE(p.n_block, 0);
+            ASSERT_LT(p.n_block, n_blocks);
+            ASSERT_GE(p.column, 0);
+            ASSERT_LT(p.column, columns);
+            EXPECT_TRUE(seen.insert({p.column, p.n_block}).second) << "index " << index;
+            claims[p.column].push_back(index);
+            const int position = int(claims[p.column].size()) - 1;
+            EXPECT_EQ(p.n_block, last_to_first ? n_blocks - 1 - position : position)
+                << "n_blocks " << n_blocks << ", columns " << columns << ", interleave " << interleave;
+          }
+          for (int c = 0; c < columns; ++c) {
+            const int group_columns = std::min(interleave, columns - c / interleave * interleave);
+            for (std::size_t i = 1; i < claims[c].size(); ++i) EXPECT_EQ(claims[c][i] - claims[c][i - 1], group_columns);
+          }
         }
       }
     }
@@ -326,6 +327,30 @@ TEST(Sm90BackwardClaimOrder, EveryTileOnceAndDeterministicKeyBlocksLastToFirstIn
   EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 1024, 1LL << 10, l2), 2);
   EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 0, 0, l2), 132);
   EXPECT_EQ(BackwardClaimOrder::deterministic_interleave(132, 32, l2, l2), 1);  // none fits: 1
+}
+
+// The default mode takes one column at a time, and under a mask all columns in turn when the
+// tiles fill at most four waves (GQA 16/4, d = 128: n = 2k, b = 4, 2 splits -> 512 tiles).
+TEST(Sm90BackwardClaimOrder, DefaultInterleavesAllColumnsOnlyUnderAMaskWithFewTiles) {
+  using cuda::sm90::BackwardClaimOrder;
+  EXPECT_EQ(BackwardClaimOrder::default_interleave(true, 32, 512, 132), 32);
+  EXPECT_EQ(BackwardClaimOrder::default_interleave(true, 32, 528, 132), 32);
+  EXPECT_EQ(BackwardClaimOrder::default_interleave(true, 33, 529, 132), 1);
+  EXPECT_EQ(BackwardClaimOrder::default_interleave(true, 128, 2048, 132), 1);  // MHA d = 128, n = 2k, b = 8
+  EXPECT_EQ(BackwardClaimOrder::default_interleave(false, 32, 512, 132), 1);
+  EXPECT_EQ(BackwardClaimOrder::default_interleave(true, 0, 0, 132), 1);
+}
+
+// GQA without a mask: the fewest splits whose waves of equally long tiles hold the fewest steps.
+TEST(Sm90BackwardHeadSplits, UnmaskedFewestSplitsWithTheShortestWaves) {
+  using cuda::sm90::unmasked_head_splits;
+  EXPECT_EQ(unmasked_head_splits(4, 256, 132), 1);  // 2 waves of 4 heads; 2 splits: 4 waves of 2
+  EXPECT_EQ(unmasked_head_splits(4, 64, 132), 2);   // 1 wave of 4 heads; 2 splits: 1 wave of 2
+  EXPECT_EQ(unmasked_head_splits(4, 140, 132), 4);  // 2 waves of 4 heads; 2: 3 waves of 2; 4: 5 of 1
+  EXPECT_EQ(unmasked_head_splits(8, 16, 132), 8);   // 1 wave each, the fewest heads a tile
+  EXPECT_EQ(unmasked_head_splits(1, 16, 132), 1);   // no GQA
+  EXPECT_EQ(unmasked_head_splits(6, 100, 132), 6);  // 1 wave of 6 heads; 6 splits: 5 waves of 1
+  EXPECT_EQ(unmasked_head_splits(6, 132, 132), 1);  // 1 wave of 6 heads; every split as long
 }
 
 // Which per-sequence key ranges the sm90 forward takes (sm90/api.hpp: supports_kv): paged K/V

@@ -70,8 +70,10 @@ void run_backward(const detail::BackwardProblem& problem) {
   rows.dense_rows_k = std::int64_t(problem.batch) * problem.seqlen_k;
 
   const int n_blocks = (problem.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  rows.head_splits = sm80::choose_head_splits(
-      problem.group_size(), static_cast<long long>(n_blocks) * problem.heads_kv * problem.batch, sm_count);
+  const bool masked = problem.window_left >= 0 || problem.window_right >= 0;
+  const long long tiles_per_split = static_cast<long long>(n_blocks) * problem.heads_kv * problem.batch;
+  rows.head_splits = masked ? sm80::choose_head_splits(problem.group_size(), tiles_per_split, sm_count)
+                            : unmasked_head_splits(problem.group_size(), tiles_per_split, sm_count);
   const bool split_group = rows.head_splits > 1;
 
   DqAccumulatorLayout dq_layout;
@@ -172,28 +174,29 @@ void run_backward(const detail::BackwardProblem& problem) {
   p.dq_accum = dq_accum;
   p.dq_layout = dq_layout;
   p.dq_semaphore = semaphore;
-  p.claim_interleave = 0;
   p.trace = nullptr;
 #ifdef FLASHATTN_SM90_TRACE
   p.trace = workspace.at<std::uint64_t>(trace_at);
   FA_CUDA_CHECK(cudaMemsetAsync(p.trace, 0, trace_count * sizeof(std::uint64_t), stream));
 #endif
+  p.n_blocks = n_blocks;
+  const long long tiles = tiles_per_split * rows.head_splits;
+  if (tiles > 0x7fffffffLL)
+    throw Error(ErrorKind::unsupported, "batch * heads_kv * seqlen_k", "fewer than 2^31 key blocks",
+                std::to_string(tiles));
+  p.num_tiles = int(tiles);
+  p.claim_last_to_first = problem.deterministic;
   if (problem.deterministic) {
-    const bool masked = problem.window_left >= 0 || problem.window_right >= 0;
     const int heads_per_tile = problem.group_size() / rows.head_splits;
     const int steps_per_tile = (problem.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM * heads_per_tile;
     const long long column_bytes =
         (long long)problem.seqlen_q * heads_per_tile * HeadDim * (2 * sizeof(Element) + sizeof(float));
     p.claim_interleave =
         masked ? 1 : BackwardClaimOrder::deterministic_interleave(sm_count, steps_per_tile, column_bytes, l2_bytes);
+  } else {
+    const int columns = problem.heads_kv * rows.head_splits * problem.batch;
+    p.claim_interleave = BackwardClaimOrder::default_interleave(masked, columns, tiles, sm_count);
   }
-
-  p.n_blocks = n_blocks;
-  const long long tiles = (long long)n_blocks * problem.heads_kv * rows.head_splits * problem.batch;
-  if (tiles > 0x7fffffffLL)
-    throw Error(ErrorKind::unsupported, "batch * heads_kv * seqlen_k", "fewer than 2^31 key blocks",
-                std::to_string(tiles));
-  p.num_tiles = int(tiles);
   p.tile_counter = tile_counter;
   const dim3 main_grid(unsigned(std::min<long long>(tiles, sm_count)));
   if (tiles > 0) {

@@ -73,8 +73,10 @@ struct BackwardParams {
   // Deterministic mode: per (query head, dQ block) the number of CTAs that have added their
   // share, so that they add in key-block order; null otherwise.
   int* dq_semaphore;
-  // The claim order's interleave (backward_claim_order.hpp): 0 outside deterministic mode.
+  // The claim order (backward_claim_order.hpp): columns taking turns, and deterministic mode's
+  // key blocks last to first.
   int claim_interleave;
+  bool claim_last_to_first;
   // Development timeline (trace.cuh): written only by FLASHATTN_SM90_TRACE builds.
   std::uint64_t* trace;
 };

@@ -72,7 +72,7 @@ CUTE_DEVICE BackwardTile backward_tile(BackwardParams<Traits> const& p, int inde
   BackwardTile t;
   const int columns = p.heads_kv * p.head_splits;
   const BackwardTilePosition position =
-      BackwardClaimOrder{p.n_blocks, p.num_tiles / p.n_blocks, p.claim_interleave}.at(index);
+      BackwardClaimOrder{p.n_blocks, p.num_tiles / p.n_blocks, p.claim_interleave, p.claim_last_to_first}.at(index);
   t.n_block = position.n_block;
   const int column = position.column % columns;
   t.kv_head = column / p.head_splits;
