@@ -40,13 +40,15 @@ inline void expect_kvcache_ok(const KvCase& c, DType dtype, DeviceKind device) {
 }
 
 inline void expect_paged_varlen_ok(int page_size, bool causal, DType dtype, DeviceKind device,
-                                   Alibi alibi = Alibi::none, int head_dim = 64, bool one_sm_long_queries = false) {
+                                   Alibi alibi = Alibi::none, int head_dim = 64, bool one_sm_long_queries = false,
+                                   PoolLayout layout = PoolLayout::contiguous) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", page " + std::to_string(page_size) + ", d " +
                std::to_string(head_dim) + (causal ? ", causal" : "") +
                (alibi == Alibi::none ? "" : alibi == Alibi::heads ? ", alibi (heads_q,)" : ", alibi (batch, heads_q)") +
-               (one_sm_long_queries ? ", one SM, long queries" : ""));
-  const KvCheck r = check_paged_varlen(page_size, causal, dtype, device, seed, alibi, head_dim, one_sm_long_queries);
+               (one_sm_long_queries ? ", one SM, long queries" : "") + ", " + to_string(layout));
+  const KvCheck r =
+      check_paged_varlen(page_size, causal, dtype, device, seed, alibi, head_dim, one_sm_long_queries, layout);
   SCOPED_TRACE(r.describe());
   EXPECT_TRUE(r.all_written);
   EXPECT_TRUE(r.masked_rows_ok);

@@ -65,6 +65,19 @@ TEST_P(CudaPagedVarlen, TallTiles) {
   });
 }
 
+// Pools that are not flash-attn's contiguous (pages, page_size, heads_kv, d): each page's heads one
+// after another (one 5-D box a page there too, page_box_maps.cuh), and heads padded with NaN
+// columns (CuTe's 1 KB boxes; nothing may read the padding).
+TEST_P(CudaPagedVarlen, PoolLayouts) {
+  const auto [dtype, head_dim] = GetParam();
+  run_or_skip_unsupported([&] {
+    for (PoolLayout layout : {PoolLayout::heads_major, PoolLayout::padded_heads})
+      for (int page : {16, 256})
+        for (bool causal : {false, true})
+          expect_paged_varlen_ok(page, causal, dtype, DeviceKind::cuda, Alibi::none, head_dim, false, layout);
+  });
+}
+
 // ALiBi over paged K/V with seqused_k (the bias counts from each sequence's last key in use).
 TEST_P(CudaPagedVarlen, Alibi) {
   const auto [dtype, head_dim] = GetParam();

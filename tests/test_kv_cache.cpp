@@ -32,6 +32,14 @@ TEST(CpuPagedVarlen, Forward) {
     for (bool causal : {false, true}) expect_paged_varlen_ok(page, causal, DType::bf16, DeviceKind::cpu);
 }
 
+// Pools seen through strides: each page's heads one after another, and heads padded with NaN
+// columns (the CUDA table runs the same: test_cuda_kv_cache.cpp).
+TEST(CpuPagedVarlen, PoolLayouts) {
+  for (PoolLayout layout : {PoolLayout::heads_major, PoolLayout::padded_heads})
+    for (bool causal : {false, true})
+      expect_paged_varlen_ok(16, causal, DType::bf16, DeviceKind::cpu, Alibi::none, 64, false, layout);
+}
+
 // ALiBi over paged K/V with seqused_k: the bias counts from each sequence's last key in use.
 TEST(CpuPagedVarlen, Alibi) {
   for (int page : {16, 48})

@@ -15,6 +15,7 @@
 #include "cuda/sm90/api.hpp"
 #include "cuda/sm90/backward_claim_order.hpp"
 #include "cuda/sm90/forward_heuristics.hpp"
+#include "cuda/sm90/page_box_coords.hpp"
 #include "support/cases.hpp"
 
 namespace flashattn::testing {
@@ -40,6 +41,43 @@ TEST(Sm90TileChoice, TallTilesAtSmallHeadDimsWhenTheyTakeFewerWaves) {
   EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, true), 128);
   // CudaPagedVarlen.TallTiles: 300 queries, 3 x 4 heads on one SM (sm_margin) take 192-row tiles.
   EXPECT_EQ(query_block_rows(64, 300, 3 * 4, 1, false), 192);
+}
+
+// Which paged pools the sm90 forward reads one 5-D TMA box a page from (page_box_coords.hpp), and
+// the coordinates it gives the KV head: the pools of CudaPagedVarlen.PoolLayouts (contiguous and
+// heads-major take boxes, padded heads do not), a head dim below the kernel's, K and V laid out
+// differently.
+TEST(Sm90TileChoice, PagedPoolsThatTakeOnePageBox) {
+  using cuda::sm90::page_box_coords;
+  const std::int32_t table[1] = {0};
+  auto problem = [&](int head_dim, std::int64_t page_stride, std::int64_t row_stride, std::int64_t head_stride) {
+    detail::ForwardProblem p;
+    p.head_dim = head_dim;
+    p.heads_kv = 2;
+    p.kv.pages.block_table = table;
+    p.kv.pages.page_size = 16;
+    p.kv.pages.num_pages = 10;
+    p.k = p.v = detail::SeqTensor{nullptr, page_stride, row_stride, head_stride};
+    return p;
+  };
+  const auto contiguous = page_box_coords(problem(128, 16 * 2 * 128, 2 * 128, 128), 128, 64);
+  EXPECT_TRUE(contiguous.usable);  // heads share the atom-column coordinate: 2 atom columns a head
+  EXPECT_EQ(contiguous.column_per_head, 2);
+  EXPECT_EQ(contiguous.outer_per_page, 1);
+  EXPECT_EQ(contiguous.outer_per_head, 0);
+  const auto heads_major = page_box_coords(problem(128, 2 * 16 * 128, 128, 16 * 128), 128, 64);
+  EXPECT_TRUE(heads_major.usable);  // heads share the page coordinate
+  EXPECT_EQ(heads_major.column_per_head, 0);
+  EXPECT_EQ(heads_major.outer_per_page, 2);
+  EXPECT_EQ(heads_major.outer_per_head, 1);
+  EXPECT_FALSE(page_box_coords(problem(128, 16 * 2 * 136, 2 * 136, 136), 128, 64).usable);  // padded heads
+  EXPECT_FALSE(page_box_coords(problem(96, 16 * 2 * 96, 2 * 96, 96), 128, 64).usable);      // narrower head
+  auto mixed = problem(128, 16 * 2 * 128, 2 * 128, 128);
+  mixed.v = detail::SeqTensor{nullptr, 2 * 16 * 128, 128, 16 * 128};
+  EXPECT_FALSE(page_box_coords(mixed, 128, 64).usable);  // K and V need one set of coordinates
+  auto contiguous_query = problem(128, 16 * 2 * 128, 2 * 128, 128);
+  contiguous_query.kv.pages.block_table = nullptr;
+  EXPECT_FALSE(page_box_coords(contiguous_query, 128, 64).usable);  // not paged
 }
 
 long long tiles(const Case& c, int rows) {

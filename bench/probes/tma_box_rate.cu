@@ -22,6 +22,10 @@
 //      places as A), each thread's copies completing on the group's mbarrier;
 //   H  both paths at once: thread 0 issues A's boxes for half of a group's pages, warps 1-3 copy the
 //      other half with cp.async.
+//   I  H with B's boxes: thread 0 issues one 4 KB box for each of half the pages, warps 1-3 copy the
+//      other half with cp.async (a paged forward's K by 5-D boxes beside V's rows);
+//   J  I with five of the eight pages by B's boxes and three by cp.async (two of V's pages moved to
+//      boxes as well).
 //   M  clusters of two CTAs that read the same pages (two query heads of one KV head): each CTA
 //      issues A's boxes for half of a group's pages and multicasts them to both, so each SM
 //      issues half the boxes and still receives every byte. A ring slot is reused once both
@@ -52,7 +56,12 @@ constexpr int kGroupBytes = kGroupPages * kPageRows * kHeadDim * 2;             
 constexpr int kRing = 4;
 constexpr int kGroups = 4096;  // per CTA
 
-enum Variant { kA, kB, kD, kE, kC, kG, kH, kM };
+enum Variant { kA, kB, kD, kE, kC, kG, kH, kI, kJ, kM };
+
+// Pages of a group that thread 0 copies by TMA (the rest by cp.async rows).
+__host__ __device__ constexpr int tma_pages_of(int variant) {
+  return variant == kH || variant == kI ? kGroupPages / 2 : variant == kJ ? 5 : variant == kG ? 0 : kGroupPages;
+}
 
 __device__ void wait_phase(uint32_t bar, uint32_t phase) {
   asm volatile(
@@ -93,14 +102,14 @@ __global__ void __launch_bounds__(128) stream_pages(const __grid_constant__ CUte
                                                     const unsigned char* pool, const int* pages, long long* cycles) {
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ __align__(8) uint64_t bars[kRing];
-  const bool rows_too = variant == kG || variant == kH;
+  const bool rows_too = variant == kG || variant == kH || variant == kI || variant == kJ;
   if (!rows_too && threadIdx.x != 0) return;
   const int row_threads = variant == kG ? 128 : 96, row_thread = variant == kG ? threadIdx.x : threadIdx.x - 32;
   const bool copies_rows = rows_too && row_thread >= 0;
   const bool issues_tma = threadIdx.x == 0 && variant != kG;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   if (threadIdx.x == 0) {
-    const int count = variant == kG ? 128 : variant == kH ? 97 : 1;
+    const int count = variant == kG ? 128 : rows_too ? 97 : 1;
     for (int i = 0; i < kRing; ++i) {
       const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&bars[i]));
       asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
@@ -117,13 +126,13 @@ __global__ void __launch_bounds__(128) stream_pages(const __grid_constant__ CUte
     if (g >= kRing && (issues_tma || copies_rows)) wait_phase(bar, (g / kRing - 1) & 1);
     const uint32_t dst = base + slot * kGroupBytes;
     if (copies_rows) {
-      for (int i = variant == kG ? 0 : kGroupPages / 2; i < kGroupPages; ++i)
+      for (int i = tma_pages_of(variant); i < kGroupPages; ++i)
         copy_page_rows(dst + i * (kGroupBytes / kGroupPages), pool, my_pages[g * kGroupPages + i], head, row_thread,
                        row_threads);
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
     }
     if (!issues_tma) continue;
-    const int tma_pages = variant == kH ? kGroupPages / 2 : kGroupPages;
+    const int tma_pages = tma_pages_of(variant);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
                  "r"(tma_pages * (kGroupBytes / kGroupPages))
                  : "memory");
@@ -143,6 +152,8 @@ __global__ void __launch_bounds__(128) stream_pages(const __grid_constant__ CUte
           load4(d + 2048, &map, bar, 64, 0, head, page);
           break;
         case kB:
+        case kI:
+        case kJ:
           load5(d, &map, bar, 0, 0, 2 * head, 0, page);
           break;
         case kD:
@@ -295,6 +306,12 @@ int main() {
        {row, kHeadDim, page}, {64, kPageRows, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
       {"H half A boxes (thread 0) + half cp.async (96 threads)", kH, 4, 8, {kHeadDim, kPageRows, kHeadsKv, kPoolPages},
        {row, kHeadDim, page}, {64, kPageRows, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
+      {"I half B boxes (thread 0) + half cp.async (96 threads)", kI, 5, 4,
+       {64, 8, uint64_t(kHeadsKv) * kHeadDim / 64, kPageRows / 8, kPoolPages}, {row, 64, 8 * row, page},
+       {64, 8, kHeadDim / 64, kPageRows / 8, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
+      {"J 5/8 B boxes (thread 0) + 3/8 cp.async (96 threads)", kJ, 5, 5,
+       {64, 8, uint64_t(kHeadsKv) * kHeadDim / 64, kPageRows / 8, kPoolPages}, {row, 64, 8 * row, page},
+       {64, 8, kHeadDim / 64, kPageRows / 8, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
       {"M A's boxes, half a group per CTA, multicast to a pair", kM, 4, 8, {kHeadDim, kPageRows, kHeadsKv, kPoolPages},
        {row, kHeadDim, page}, {64, kPageRows, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B},
   };

@@ -1,6 +1,7 @@
 #include "kv_cases.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -619,8 +620,17 @@ KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint
   return r;
 }
 
+const char* to_string(PoolLayout layout) {
+  switch (layout) {
+    case PoolLayout::contiguous: return "contiguous pool";
+    case PoolLayout::heads_major: return "heads-major pool";
+    case PoolLayout::padded_heads: return "padded heads";
+  }
+  return "?";
+}
+
 KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
-                           Alibi alibi, int head_dim, bool one_sm_long_queries) {
+                           Alibi alibi, int head_dim, bool one_sm_long_queries, PoolLayout layout) {
   std::mt19937_64 rng(seed);
   const std::vector<int> lens_q = one_sm_long_queries ? std::vector<int>{150, 1, 300} : std::vector<int>{5, 1, 40};
   const std::vector<int> lens_k = one_sm_long_queries ? std::vector<int>{420, 1, 600} : std::vector<int>{70, 1, 300};
@@ -639,26 +649,40 @@ KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind d
   std::shuffle(pages.begin(), pages.end(), rng);
   HostTensor tab(DType::i32, {B, max_blocks});
   std::copy(pages.begin(), pages.begin() + B * max_blocks, static_cast<std::int32_t*>(tab.data()));
-  HostTensor kc(dtype, {num_blocks, page_size, Hk, D}), vc(dtype, {num_blocks, page_size, Hk, D});
+  // The pools in memory (`layout`), and where element (page, row, head, d) of their views lies.
+  const int pad = layout == PoolLayout::padded_heads ? 8 : 0, Dp = D + pad;
+  const std::vector<std::int64_t> pool_shape =
+      layout == PoolLayout::heads_major ? std::vector<std::int64_t>{num_blocks, Hk, page_size, D}
+                                        : std::vector<std::int64_t>{num_blocks, page_size, Hk, Dp};
+  const std::array<std::int64_t, 4> pool_stride =
+      layout == PoolLayout::heads_major
+          ? std::array<std::int64_t, 4>{std::int64_t(Hk) * page_size * D, D, std::int64_t(page_size) * D, 1}
+          : std::array<std::int64_t, 4>{std::int64_t(page_size) * Hk * Dp, std::int64_t(Hk) * Dp, Dp, 1};
+  auto pool_at = [&](std::int64_t page, std::int64_t row, std::int64_t h, std::int64_t d) {
+    return page * pool_stride[0] + row * pool_stride[1] + h * pool_stride[2] + d;
+  };
+  HostTensor kc(dtype, pool_shape), vc(dtype, pool_shape);
   HostTensor q(dtype, {total_q, Hq, D}), out(dtype, {total_q, Hq, D}), lse(DType::f32, {Hq, total_q});
   for (HostTensor* t : {&kc, &vc, &q}) t->fill_normal(rng);
   out.poison();
   lse.poison();
   const auto* table = static_cast<const std::int32_t*>(tab.data());
   // Every pool row that holds no key in use is NaN, as an engine's uninitialized pool may be:
-  // the call must neither read them into a result nor multiply them by zero probabilities.
+  // the call must neither read them into a result nor multiply them by zero probabilities. So
+  // are the columns padding a head: nothing may read past the head dim.
   {
     std::vector<char> live(std::size_t(num_blocks) * page_size, 0);
     for (int b = 0; b < B; ++b)
       for (int j = 0; j < used[b]; ++j)
         live[std::size_t(table[b * max_blocks + j / page_size]) * page_size + j % page_size] = 1;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    for (std::size_t row = 0; row < live.size(); ++row)
-      if (!live[row])
-        for (std::int64_t e = 0; e < std::int64_t(Hk) * D; ++e) {
-          kc.set(std::int64_t(row) * Hk * D + e, nan);
-          vc.set(std::int64_t(row) * Hk * D + e, nan);
-        }
+    for (int page = 0; page < num_blocks; ++page)
+      for (int row = 0; row < page_size; ++row)
+        for (int h = 0; h < Hk; ++h)
+          for (int d = live[std::size_t(page) * page_size + row] ? D : 0; d < Dp; ++d) {
+            kc.set(pool_at(page, row, h, d), nan);
+            vc.set(pool_at(page, row, h, d), nan);
+          }
   }
   // The gathered contiguous K/V.
   HostTensor kp(dtype, {total_k, Hk, D}), vp(dtype, {total_k, Hk, D});
@@ -666,7 +690,7 @@ KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind d
     for (int j = 0; j < lens_k[b]; ++j)
       for (int h = 0; h < Hk; ++h)
         for (int d = 0; d < D; ++d) {
-          const std::int64_t src = at4(kc, table[b * max_blocks + j / page_size], j % page_size, h, d);
+          const std::int64_t src = pool_at(table[b * max_blocks + j / page_size], j % page_size, h, d);
           kp.set((std::int64_t(row0 + j) * Hk + h) * D + d, kc.get(src));
           vp.set((std::int64_t(row0 + j) * Hk + h) * D + d, vc.get(src));
         }
@@ -675,8 +699,13 @@ KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind d
   Views ops(device, {&q, &kc, &vc, &out, &lse, &cu_q, &cu_k, &tab, &seqused, &slopes});
   ForwardArgs a;
   a.q = ops.view(0);
-  a.k = ops.view(1);
-  a.v = ops.view(2);
+  auto pool_view = [&](TensorView t) {
+    t.shape = {num_blocks, page_size, Hk, D};
+    t.stride = pool_stride;
+    return t;
+  };
+  a.k = pool_view(ops.view(1));
+  a.v = pool_view(ops.view(2));
   a.out = ops.view(3);
   a.lse = ops.view(4);
   a.cu_seqlens_q = ops.view(5);

@@ -43,11 +43,18 @@ struct KvCheck {
 
 KvCheck check_kvcache(const KvCase& c, DType dtype, DeviceKind device, std::uint64_t seed);
 
+// How a paged pool's (num_blocks, page_size, heads_kv, d) view lies in memory: contiguous
+// (flash-attn's), each page's heads one after another ((num_blocks, heads_kv, page_size, d) seen
+// through strides), or with 8 NaN columns after each head's d.
+enum class PoolLayout { contiguous, heads_major, padded_heads };
+const char* to_string(PoolLayout layout);
+
 // Paged K/V in the variable-length forward (ForwardArgs::block_table), against the reference
 // on the gathered contiguous K/V; with `alibi`, slopes of that shape (and seqused_k shortening
 // two of the sequences, so that the bias counts from the keys in use). Pool rows holding no key
 // in use are NaN; sequences end inside a page and inside a 16-row box of it.
 KvCheck check_paged_varlen(int page_size, bool causal, DType dtype, DeviceKind device, std::uint64_t seed,
-                           Alibi alibi = Alibi::none, int head_dim = 64, bool one_sm_long_queries = false);
+                           Alibi alibi = Alibi::none, int head_dim = 64, bool one_sm_long_queries = false,
+                           PoolLayout layout = PoolLayout::contiguous);
 
 }  // namespace flashattn::testing

@@ -40,6 +40,19 @@ constexpr int fp8_key_block_cols(int head_dim) {
   return head_dim > 64 && head_dim <= 128 ? FLASHATTN_SM90_FP8_BLOCK_N_HD128 : 128;
 }
 
+// Pages of V per key block that the paged forward's value loader brings by TMA boxes (one 5-D
+// box a page, page_box_maps.cuh) instead of cp.async rows, so that both paths carry a share of a
+// block (forward_paged_kv.cuh: run_value_loader): as many as leave each group of the loader's
+// cp.async threads one page. Measured (H200, 2026-11-28, pages of 16, 8k keys): 2 at head dim 128
+// (8 pages, 6 groups) 0.91x the time of none, 3 level with 2; 3 at 192 (7 pages, 4 groups) 0.90x;
+// 2 at 256 (5 pages, 3 groups) 0.88x, 1 1.05x. Head dims without page boxes (Traits::kPageBoxes)
+// take none.
+constexpr int paged_value_box_pages(int head_dim) {
+  if (head_dim <= 96) return 0;
+  if (head_dim <= 128) return 2;
+  return head_dim <= 192 ? 3 : 2;
+}
+
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
 // ran 9-12% faster per row on long sequences (H100; docs/log/sm90-forward.md has each figure
 // under its date). A warpgroup whose 64 rows all lie past the end of a sequence skips its GEMMs

@@ -20,6 +20,7 @@ namespace flashattn::cuda::sm90 {
 template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false, bool kPagedKv = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams<Traits> params) {
+  static_assert(kPagedKv == Traits::kPagedKv, "the paged kernel has traits of its own (their stages' order)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;
   extern __shared__ __align__(1024) char smem_bytes[];
@@ -35,7 +36,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
-    if constexpr (kPagedKv) cute::prefetch_tma_descriptor(params.tma_k_page.get_tma_descriptor());
+    if constexpr (kPagedKv) {
+      cute::prefetch_tma_descriptor(params.tma_k_page.get_tma_descriptor());
+      if (Traits::kPageBoxes && params.page_maps.coords.usable) {
+        cute::prefetch_tma_descriptor(&params.page_maps.k_page);
+        cute::prefetch_tma_descriptor(&params.page_maps.v_page);
+      }
+    }
   }
 
   using PipelineK = typename Traits::PipelineK;

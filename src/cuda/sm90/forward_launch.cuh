@@ -74,6 +74,10 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
                             typename Traits::ValueBox{}, _1{});
     f.shape_v = v.shape();
   }
+  if constexpr (Traits::kPagedKv) {
+    f.page_maps = make_page_box_maps<Traits>(p);
+    f.value_box_pages = std::min(paged_value_box_pages(Traits::kHeadDim), Traits::kBlockN / Traits::kPageRows);
+  }
   f.kv = p.kv;
   f.v = p.v.data;
   f.v_page_stride = p.v.batch_stride;
@@ -228,7 +232,9 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
     // Paged K/V and dropout: one more kernel each per (dtype, head dim, tile height), with the
     // default softmax; dropout on 128-row tiles only (query_block_rows); not the two together
     // (api.hpp: supports_kv).
-    if (p.kv.paged()) return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, false, false, true>(p, sm_count, l2_bytes);
+    if (p.kv.paged())
+      return launch_kernel<typename Traits::Paged, ForwardSoftmax<kSoftmaxDefault>, false, false, true>(p, sm_count,
+                                                                                                      l2_bytes);
     if (p.dropout.enabled()) {
       if constexpr (Traits::kConsumerWarpGroups == 2)
         return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);

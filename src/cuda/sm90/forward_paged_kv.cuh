@@ -1,7 +1,12 @@
 #pragma once
 // Paged K/V in the sm90 forward's producer warpgroup.
 //
-// K: a key block of kBlockN keys arrives as kBlockN / kPageRows TMA boxes of kPageRows (16) keys,
+// At head dims 128, 192 and 256 (Traits::kPageBoxes) the paged kernel's K and V stages hold a
+// page's 16 keys x head dim as one run of shared memory (forward_traits.cuh), which one 5-D TMA box
+// fills (page_box_maps.cuh); pools whose strides allow no such box take CuTe's copies of the same
+// runs, in 1 KB boxes. At other head dims CuTe's boxes are the only ones.
+//
+// K: a key block of kBlockN keys arrives as kBlockN / kPageRows boxes of kPageRows (16) keys,
 // each from the page that block_table names for them (common/kv_layout.hpp: kv_page): lane c of
 // the producer warp looks up box c's page and issues its copy, so a block's lookups are one load
 // per lane, in parallel. Boxes past the sequence's last key are read past the end of the pool,
@@ -9,19 +14,17 @@
 // block's pages up one load ahead (forward_producer.cuh), so that the lookup's latency passes
 // while it waits for a free stage instead of between the stage's release and its copies.
 //
-// V: the producer warpgroup's other three warps (run_value_loader), as 16-byte cp.async pieces of
-// its rows, zero-filled past the sequence's last key and past the problem's head dim. With K's
-// and V's boxes all on the TMA unit (two 2 KB boxes per 16 keys at head dim 128, about 150 SM
-// cycles each), the forward took 1.45x its contiguous time at head dim 128 with pages of 16. One
-// 4 KB box per 16 keys takes only 13-21% less time than two, and cp.async rows alone are no faster than
-// boxes, but the two paths side by side bring a block in 0.69x the time of boxes alone
-// (bench/probes/tma_box_rate.cu; docs/kernels/kv-cache.md). Rows past the sequence must be
-// zeros in V: a cache's rows there may hold anything, NaN included (an engine's pool is often
-// uninitialized), and P.V multiplies them by P's zeros.
+// V: the producer warpgroup's other three warps (run_value_loader): the first value_box_pages
+// pages of a block within the sequence's keys as boxes, the others as 16-byte cp.async pieces of
+// their rows, zero-filled past the sequence's last key and past the problem's head dim. One SM
+// takes in pages faster by both paths at once than by either (bench/probes/tma_box_rate.cu;
+// docs/kernels/kv-cache.md). Rows past the sequence must be zeros in V: a cache's rows there may
+// hold anything, NaN included (an engine's pool is often uninitialized), and P.V multiplies them
+// by P's zeros; so a block that reaches past them takes no boxes.
 //
 // Where pages hold whole key blocks (page_size a multiple of kBlockN: pages of 128, 256 or 512
 // up to head dim 128), a block that lies within the sequence's keys arrives as one TMA copy, K
-// and V alike, as in the contiguous kernel.
+// and V alike.
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -31,15 +34,17 @@
 #include "common/kv_layout.hpp"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tile.cuh"
+#include "cuda/sm90/page_box_maps.cuh"
 
 namespace flashattn::cuda::sm90 {
 
-// What PagedKeyBlocks::load_keys needs of K: the page-box copy, its coordinates over the pool
-// (row in page, head dim, heads_kv, page) and the stages as it partitions them (TMA, 1, 1, box, 1,
-// stage); the whole-block copy, its coordinates over the pool and the stages as it partitions
-// them (TMA, TMA_M, TMA_N, stage).
-template <class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages>
+// What PagedKeyBlocks::load_keys needs of K: its stages, (key, head dim, stage); CuTe's page-box
+// copy, its coordinates over the pool (row in page, head dim, heads_kv, page) and the stages as
+// it partitions them (TMA, 1, 1, box, 1, stage); CuTe's whole-block copy, its coordinates over
+// the pool and the stages as it partitions them (TMA, TMA_M, TMA_N, stage).
+template <class Stages, class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages>
 struct PagedOperand {
+  Stages stages;
   BoxTma const& box_tma;
   BoxPool box_pool;
   Boxes boxes;
@@ -47,11 +52,11 @@ struct PagedOperand {
   BlockPool block_pool;
   BlockStages block_stages;
 };
-template <class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages>
-CUTE_DEVICE auto make_paged_operand(BoxTma const& box_tma, BoxPool box_pool, Boxes boxes, BlockTma const& block_tma,
-                                    BlockPool block_pool, BlockStages block_stages) {
-  return PagedOperand<BoxTma, BoxPool, Boxes, BlockTma, BlockPool, BlockStages>{box_tma,   box_pool,   boxes,
-                                                                                block_tma, block_pool, block_stages};
+template <class Stages, class BoxTma, class BoxPool, class Boxes, class BlockTma, class BlockPool, class BlockStages>
+CUTE_DEVICE auto make_paged_operand(Stages stages, BoxTma const& box_tma, BoxPool box_pool, Boxes boxes,
+                                    BlockTma const& block_tma, BlockPool block_pool, BlockStages block_stages) {
+  return PagedOperand<Stages, BoxTma, BoxPool, Boxes, BlockTma, BlockPool, BlockStages>{
+      stages, box_tma, box_pool, boxes, block_tma, block_pool, block_stages};
 }
 
 template <class Traits>
@@ -83,18 +88,29 @@ struct PagedKeyBlocks {
   template <class Pipeline, class State, class Operand>
   CUTE_DEVICE void load_keys(Pipeline& pipeline, State& state, Operand& x, int block, int page) const {
     using namespace cute;
-    const int row0 = block * kBlockN;
+    const int row0 = block * kBlockN, stage = state.index();
     pipeline.producer_acquire(state);
+    uint64_t& barrier = *pipeline.producer_get_barrier(state);
     if (whole_block(row0)) {  // one copy (lane 0's page)
-      if (leader)
-        copy_whole_block(x.block_tma, x.block_pool, x.block_stages(_, _, _, state.index()),
-                         *pipeline.producer_get_barrier(state), page, row0);
+      if (leader) {
+        if (Traits::kPageBoxes && p.page_maps.blocks)
+          load_page_box(p.page_maps.k_block, p.page_maps, barrier, &x.stages(0, 0, stage), head_kv, page,
+                        row0 % p.kv.pages.page_size);
+        else
+          copy_whole_block(x.block_tma, x.block_pool, x.block_stages(_, _, _, stage), barrier, page, row0);
+      }
     } else if (lane < kBoxes) {
       const int row = row0 + lane * kPageRows;
       const int in_page = row < len_k ? row % p.kv.pages.page_size : 0;
-      Tensor box = local_tile(x.box_pool(_, _, head_kv, page), typename Traits::PageBox{}, make_coord(in_page / kPageRows, _0{}));
-      copy(x.box_tma.with(*pipeline.producer_get_barrier(state), 0, TMA::CacheHintSm90::EVICT_LAST),
-           x.box_tma.get_slice(_0{}).partition_S(box), x.boxes(_, _, _, lane, _0{}, state.index()));
+      if (Traits::kPageBoxes && p.page_maps.coords.usable) {
+        load_page_box(p.page_maps.k_page, p.page_maps, barrier, &x.stages(lane * kPageRows, 0, stage), head_kv, page,
+                      in_page);
+      } else {
+        Tensor box = local_tile(x.box_pool(_, _, head_kv, page), typename Traits::PageBox{},
+                                make_coord(in_page / kPageRows, _0{}));
+        copy(x.box_tma.with(barrier, 0, TMA::CacheHintSm90::EVICT_LAST), x.box_tma.get_slice(_0{}).partition_S(box),
+             x.boxes(_, _, _, lane, _0{}, stage));
+      }
     }
     ++state;
   }
@@ -156,29 +172,42 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
     const Element* head_rows = static_cast<const Element*>(p.v) + head_kv * p.v_head_stride + piece * 8;
     for (int block = w.key_blocks.end - 1; block >= w.key_blocks.begin; --block) {
       pipeline_v.producer_acquire(state_v);  // no thread leads: only the wait for a free stage
-      auto& full = smem.pipeline_v.full_barrier_[state_v.index()];
-      const int row0 = block * kBlockN;
+      const int row0 = block * kBlockN, stage = state_v.index();
+      auto& full = smem.pipeline_v.full_barrier_[stage];
+      uint64_t& barrier = *pipeline_v.producer_get_barrier(state_v);  // `full`, as TMA takes it
       if (pages.whole_block(row0)) {
         if (thread == 0) {
           full.arrive_and_expect_tx(Traits::kKeyBytes);
-          pages.copy_whole_block(p.tma_v, mV, tVsV(_, _, _, state_v.index()), *pipeline_v.producer_get_barrier(state_v),
-                                 pages.page_of(row0), row0);
+          if (Traits::kPageBoxes && p.page_maps.blocks)
+            load_page_box(p.page_maps.v_block, p.page_maps, barrier, &sV(0, 0, stage), head_kv, pages.page_of(row0),
+                          row0 % page_size);
+          else
+            pages.copy_whole_block(p.tma_v, mV, tVsV(_, _, _, stage), barrier, pages.page_of(row0), row0);
         } else {
           full.arrive();
         }
       } else {
+        // The block's first `boxed` pages by boxes, a thread each (its bytes expected before the
+        // thread's arrival below), where the block lies within the sequence's keys.
+        const int boxed = Traits::kPageBoxes && p.page_maps.coords.usable && row0 + kBlockN <= len_k ? p.value_box_pages : 0;
+        if (thread < boxed) {
+          const int row = row0 + thread * kPageRows;
+          full.expect_transaction(Traits::kPageBytes);
+          load_page_box(p.page_maps.v_page, p.page_maps, barrier, &sV(thread * kPageRows, 0, stage), head_kv,
+                        pages.page_of(row), row % page_size);
+        }
         // A group of kPieces threads copies a 16-key box: one page lookup, then its rows at a fixed
         // stride, a piece a thread. Measured against this at head dims 64 / 128 (H100, 2026-11-28):
         // a lookup per row (a division and a dependent load each) made the forward 2.2-3.0x slower;
         // 8-row units, which share a block's rows more evenly at 128, 5-16% slower; the lookups
         // made before the wait for a free stage, 7% faster at 64 but 1-4% slower with pages of 256
         // at 128 (docs/kernels/kv-cache.md).
-        for (int box = group; box < kBoxes; box += kGroups) {
+        for (int box = boxed + group; box < kBoxes; box += kGroups) {
           const int row = row0 + box * kPageRows;
           const int rows = piece_in_head ? max(0, min(kPageRows, len_k - row)) : 0;  // the rest: zeros
           const Element* src = head_rows;  // not read where past `rows`
           if (rows > 0) src += int64_t(pages.page_of(row)) * p.v_page_stride + int64_t(row % page_size) * p.v_row_stride;
-          Tensor box_rows = local_tile(sV(_, _, state_v.index()), Shape<Int<kPageRows>, Int<8>>{}, make_coord(box, piece));
+          Tensor box_rows = local_tile(sV(_, _, stage), Shape<Int<kPageRows>, Int<8>>{}, make_coord(box, piece));
           CUTE_UNROLL
           for (int r = 0; r < kPageRows; ++r) {
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(cast_smem_ptr_to_uint(&box_rows(r, 0))),

@@ -8,6 +8,7 @@
 #include "common/kv_layout.hpp"
 #include "cuda/common/tile_order.cuh"
 #include "cuda/sm90/forward_tail_split.cuh"
+#include "cuda/sm90/page_box_maps.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -36,6 +37,10 @@ struct ForwardParams {
   detail::KvMap kv;  // per-sequence key ranges and pages (common/kv_layout.hpp); empty: none
   const void* v;
   std::int64_t v_page_stride, v_row_stride, v_head_stride;
+  // Where the pools allow it (page_maps.coords.usable): a page (or a whole block) of K or V in one
+  // 5-D box (page_box_maps.cuh), and the first value_box_pages pages of V's blocks so.
+  PageBoxMaps page_maps;
+  int value_box_pages;
 
   // Output, also written directly (variable length, empty tiles): element (row, h) of
   // sequence b at out + b * batch_stride + row * seq_stride + h * head_stride.

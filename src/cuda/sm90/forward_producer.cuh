@@ -49,10 +49,9 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
   // Paged K (forward_paged_kv.cuh): page boxes and whole blocks over the pool; only in the paged
   // kernel (FP8, which never pages, could not even divide its stages into boxes). Paged V is the
   // value loader's (the other three warps).
-  static_assert(!kPaged || !Traits::kFp8, "FP8 reads contiguous K/V only");
   auto paged_k = [&] {
     if constexpr (kPaged)
-      return make_paged_operand(p.tma_k_page, p.tma_k_page.get_tma_tensor(p.shape_kv_page),
+      return make_paged_operand(sK, p.tma_k_page, p.tma_k_page.get_tma_tensor(p.shape_kv_page),
                                 p.tma_k_page.get_slice(_0{}).partition_D(flat_divide(sK, typename Traits::PageBox{})),
                                 p.tma_k, mK, p.tma_k.get_slice(_0{}).partition_D(sK));
     else

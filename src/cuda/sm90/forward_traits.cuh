@@ -42,17 +42,22 @@ auto qk_op_selector() {
 // kBlockM_: query rows per tile, 64 per consumer warpgroup: 128, or 192 up to head dim 64
 // (forward_heuristics.hpp picks per problem). Element_: Q, K and V; OutputElement_: O, the same
 // except for FP8 (e4m3) inputs, whose output is f16 or bf16 (docs/kernels/fp8-forward.md).
-template <class Element_, int kHeadDim_, int kBlockM_ = 128, class OutputElement_ = Element_>
+// kPagedKv_: the traits of the kernel over paged K/V (forward_paged_kv.cuh), whose stages differ
+// in the order of their swizzle atoms (below); `Paged` names them from the others.
+template <class Element_, int kHeadDim_, int kBlockM_ = 128, class OutputElement_ = Element_, bool kPagedKv_ = false>
 struct ForwardTraits {
   using Element = Element_;
   using OutputElement = OutputElement_;
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256);
+  static constexpr bool kPagedKv = kPagedKv_;
+  using Paged = ForwardTraits<Element_, kHeadDim_, kBlockM_, OutputElement_, true>;
   // FP8: both operands of every wgmma K-major, so the P.V GEMM reads V^T, which the launch
   // writes (fp8_value_transpose.cuh) and TMA loads as (head dim, keys) tiles; P goes to e4m3 in
   // registers (fp8_probabilities.cuh); Q stays in shared memory.
   static constexpr bool kFp8 = sizeof(Element) == 1;
   static_assert(!kFp8 || sizeof(OutputElement) == 2, "FP8: 16-bit output");
+  static_assert(!kFp8 || !kPagedKv, "FP8 reads contiguous K/V only");
 
   // Tiles. K/V tiles shrink with the head dim so that two stages of each, Q and (for head
   // dims up to 128) a second Q stage and a separate output tile fit in the 227 KB of shared memory, and so that the
@@ -118,17 +123,29 @@ struct ForwardTraits {
   // Shared memory. Q, K and O are K-major (head dim contiguous, as in global memory). 16-bit V
   // is stored the same way and read by the P.V GEMM as V^T, an MN-major B operand; FP8 V^T
   // arrives transposed, keys contiguous (K-major).
+  // A swizzle atom is 8 rows (keys) x 128 bytes of the head dim. K's and V's stages order their
+  // atoms along the keys first, so that 64 columns of a block are one run (a TMA box of the
+  // contiguous kernel); with kPageBoxes (paged, head dims 128, 192 and 256) along the head dim
+  // first, so that a page's 16 keys x the whole head dim are one run, which one 5-D TMA box fills
+  // (page_box_maps.cuh). wgmma reads either order (the descriptors' two strides). At head dim 64
+  // a page is one atom column, one box either way; 64-byte atoms (head dims 32 and 96) keep the
+  // keys-first order and CuTe's boxes (one box a page there is not measured).
+  static constexpr bool kPageBoxes =
+      kPagedKv && kHeadDim * sizeof(Element) % 128 == 0 && kHeadDim * sizeof(Element) > 128;
   using RowAtom = decltype(smem_layout_atom<Element, kHeadDim, GMMA::Major::K>());
   using SmemLayoutQ =
       decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQueryStages>>{}));
-  using SmemLayoutK =
-      decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using AtomsAlongKeys = Step<_1, _2, _3>;  // over (key, head dim, stage): which mode's atoms come first
+  using AtomsAlongHeadDim = Step<_2, _1, _3>;
+  using SmemLayoutK = decltype(tile_to_shape(RowAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{},
+                                             std::conditional_t<kPageBoxes, AtomsAlongHeadDim, AtomsAlongKeys>{}));
   using SmemLayoutVt = std::conditional_t<
       kFp8,
       decltype(tile_to_shape(smem_layout_atom<Element, kBlockN, GMMA::Major::K>(),
                              Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
       decltype(tile_to_shape(smem_layout_atom<Element, kHeadDim, GMMA::Major::MN>(),
-                             Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{}))>;
+                             Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},  // (head dim, key, stage): the
+                             std::conditional_t<kPageBoxes, Step<_1, _2, _3>, Step<_2, _1, _3>>{}))>;  // same orders
   // What the TMA load of V fills: FP8, V^T itself; else the same bytes as (key, head dim, stage).
   using SmemLayoutV = std::conditional_t<
       kFp8, SmemLayoutVt,
@@ -200,6 +217,7 @@ struct ForwardTraits {
   static constexpr int kPageRows = 16;
   static_assert(kBlockN % kPageRows == 0, "key blocks of whole page boxes");
   static constexpr int kValueLoaderThreads = 96;
+  static constexpr uint32_t kPageBytes = kPageRows * kHeadDim * sizeof(Element);  // one page box
   using PageBox = Shape<Int<kPageRows>, Int<kHeadDim>>;
   template <class StageLayout>
   using PageBoxLayout = decltype(take<0, 2>(flat_divide(take<0, 2>(StageLayout{}), PageBox{})));
