@@ -32,6 +32,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "common/kv_layout.hpp"
+#include "cuda/common/device_math.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_tile.cuh"
 #include "cuda/sm90/page_box_maps.cuh"
@@ -209,11 +210,7 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
           if (rows > 0) src += int64_t(pages.page_of(row)) * p.v_page_stride + int64_t(row % page_size) * p.v_row_stride;
           Tensor box_rows = local_tile(sV(_, _, stage), Shape<Int<kPageRows>, Int<8>>{}, make_coord(box, piece));
           CUTE_UNROLL
-          for (int r = 0; r < kPageRows; ++r) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(cast_smem_ptr_to_uint(&box_rows(r, 0))),
-                         "l"(src + r * p.v_row_stride), "r"(r < rows ? 16 : 0)
-                         : "memory");
-          }
+          for (int r = 0; r < kPageRows; ++r) cp_async_16(&box_rows(r, 0), src + r * p.v_row_stride, r < rows);
         }
         cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(&full));
       }
