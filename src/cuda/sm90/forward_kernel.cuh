@@ -15,12 +15,13 @@
 namespace flashattn::cuda::sm90 {
 
 // kDropout: dropout on P after the softmax (forward_consumer.cuh). kKeyBlockScales (FP8): K's
-// descale factors per block of keys (block quantization), taken in the softmax step. kPagedKv:
-// K/V from pages (forward_paged_kv.cuh), a kernel of its own so that the others keep their code.
-template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false, bool kPagedKv = false>
+// descale factors per block of keys (block quantization), taken in the softmax step. Paged K/V
+// (Traits::kPagedKv, forward_paged_kv.cuh): a kernel of its own, with traits of its own (the order
+// of its stages' swizzle atoms), so that the others keep their code.
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams<Traits> params) {
-  static_assert(kPagedKv == Traits::kPagedKv, "the paged kernel has traits of its own (their stages' order)");
+  constexpr bool kPagedKv = Traits::kPagedKv;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;
   extern __shared__ __align__(1024) char smem_bytes[];
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (producer_warp)
-      run_producer<Traits, kPagedKv>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
+      run_producer<Traits>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
     else if constexpr (kPagedKv)
       run_value_loader<Traits>(params, smem, pipeline_v, pipeline_tile, int(threadIdx.x) - 32);
   } else {

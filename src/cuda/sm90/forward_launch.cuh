@@ -155,7 +155,7 @@ void set_transposed_value(ForwardParams<Traits>& f, const detail::ForwardProblem
   f.shape_v = vt_tensor.shape();
 }
 
-template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false, bool kPagedKv = false>
+template <class Traits, class Softmax, bool kDropout = false, bool kKeyBlockScales = false>
 void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   ForwardParams<Traits> params = make_forward_params<Traits>(p, sm_count, l2_bytes);
   const long long tiles = (long long)params.order.num_m_blocks * p.heads_q * p.batch;
@@ -163,7 +163,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   if (tiles > 0x7fffffffLL - sm_count)
     throw Error(ErrorKind::unsupported, "batch * heads_q * seqlen_q", "fewer than 2^31 query tiles",
                 std::to_string(tiles));
-  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout, kKeyBlockScales, kPagedKv>;
+  constexpr auto kernel = &forward_kernel<Traits, Softmax, kDropout, kKeyBlockScales>;
   allow_shared_memory<kernel>(Traits::kSmemBytes, p.device_index);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int grid = int(std::min<long long>(tiles, sm_count));
@@ -232,9 +232,7 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
     // Paged K/V and dropout: one more kernel each per (dtype, head dim, tile height), with the
     // default softmax; dropout on 128-row tiles only (query_block_rows); not the two together
     // (api.hpp: supports_kv).
-    if (p.kv.paged())
-      return launch_kernel<typename Traits::Paged, ForwardSoftmax<kSoftmaxDefault>, false, false, true>(p, sm_count,
-                                                                                                      l2_bytes);
+    if (p.kv.paged()) return launch_kernel<typename Traits::Paged, ForwardSoftmax<kSoftmaxDefault>>(p, sm_count, l2_bytes);
     if (p.dropout.enabled()) {
       if constexpr (Traits::kConsumerWarpGroups == 2)
         return launch_kernel<Traits, ForwardSoftmax<kSoftmaxDefault>, true>(p, sm_count, l2_bytes);

@@ -93,13 +93,9 @@ struct PagedKeyBlocks {
     pipeline.producer_acquire(state);
     uint64_t& barrier = *pipeline.producer_get_barrier(state);
     if (whole_block(row0)) {  // one copy (lane 0's page)
-      if (leader) {
-        if (Traits::kPageBoxes && p.page_maps.blocks)
-          load_page_box(p.page_maps.k_block, p.page_maps, barrier, &x.stages(0, 0, stage), head_kv, page,
-                        row0 % p.kv.pages.page_size);
-        else
-          copy_whole_block(x.block_tma, x.block_pool, x.block_stages(_, _, _, stage), barrier, page, row0);
-      }
+      if (leader)
+        copy_whole_block(p.page_maps.k_block, &x.stages(0, 0, stage), x.block_tma, x.block_pool,
+                         x.block_stages(_, _, _, stage), barrier, page, row0);
     } else if (lane < kBoxes) {
       const int row = row0 + lane * kPageRows;
       const int in_page = row < len_k ? row % p.kv.pages.page_size : 0;
@@ -122,12 +118,18 @@ struct PagedKeyBlocks {
     return p.kv.pages.page_size % kBlockN == 0 && row0 + kBlockN <= len_k;
   }
 
-  // The block starting at row0, held whole by `page` (whole_block(row0)), into `stage` as one TMA
-  // copy: K's by the producer warp, V's by the value loader.
+  // The block starting at row0, held whole by `page` (whole_block(row0)), into a stage as one TMA
+  // copy: K's by the producer warp, V's by the value loader. The 5-D box of `block_map` into the
+  // stage's first byte `run` where the pools allow it (page_box_maps.cuh), else CuTe's copy into
+  // `stage` as it partitions it.
   template <class Tma, class Pool, class Stage>
-  CUTE_DEVICE void copy_whole_block(Tma const& tma, Pool const& pool, Stage&& stage, uint64_t& barrier, int page,
-                                    int row0) const {
+  CUTE_DEVICE void copy_whole_block(cute::TmaDescriptor const& block_map, void* run, Tma const& tma, Pool const& pool,
+                                    Stage&& stage, uint64_t& barrier, int page, int row0) const {
     using namespace cute;
+    if (Traits::kPageBoxes && p.page_maps.blocks) {
+      load_page_box(block_map, p.page_maps, barrier, run, head_kv, page, row0 % p.kv.pages.page_size);
+      return;
+    }
     Tensor g = local_tile(pool(_, _, head_kv, page), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                           make_coord(row0 % p.kv.pages.page_size / kBlockN, _0{}));
     copy(tma.with(barrier, 0, TMA::CacheHintSm90::EVICT_LAST), tma.get_slice(_0{}).partition_S(g), stage);
@@ -179,11 +181,8 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
       if (pages.whole_block(row0)) {
         if (thread == 0) {
           full.arrive_and_expect_tx(Traits::kKeyBytes);
-          if (Traits::kPageBoxes && p.page_maps.blocks)
-            load_page_box(p.page_maps.v_block, p.page_maps, barrier, &sV(0, 0, stage), head_kv, pages.page_of(row0),
-                          row0 % page_size);
-          else
-            pages.copy_whole_block(p.tma_v, mV, tVsV(_, _, _, stage), barrier, pages.page_of(row0), row0);
+          pages.copy_whole_block(p.page_maps.v_block, &sV(0, 0, stage), p.tma_v, mV, tVsV(_, _, _, stage), barrier,
+                                 pages.page_of(row0), row0);
         } else {
           full.arrive();
         }

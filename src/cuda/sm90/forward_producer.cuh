@@ -25,12 +25,13 @@ CUTE_DEVICE auto group_all_but_last(Tensor&& t) {
   return cute::group_modes<0, kRank - 1>(t);
 }
 
-template <class Traits, bool kPaged>
+template <class Traits>
 CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                               typename Traits::PipelineQ& pipeline_q,
                               typename Traits::PipelineK& pipeline_k,
                               typename Traits::PipelineV& pipeline_v,
                               typename Traits::PipelineTile& pipeline_tile, bool leader) {
+  constexpr bool kPaged = Traits::kPagedKv;
   using namespace cute;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
 
