@@ -1,7 +1,8 @@
 #pragma once
 // The consumer warpgroups of the sm90 backward (backward_traits.cuh has the five GEMMs). Per
 // step (one query head's query block), warpgroup w, which owns 64 of the CTA's keys:
-//   1. S^T = K_w Q^T and dP^T = V_w dO^T, issued back to back;
+//   1. S^T = K_w Q^T and dP^T = V_w dO^T, issued back to back (at d = 64 K_w and V_w from
+//      registers, read once per tile);
 //   2. P^T = exp2(S^T * scale log2(e) [+ ALiBi] - LSE log2(e)) while dP^T computes, then dS^T = P^T (dP^T - D),
 //      masked where some (query, key) pair of the block is not visible;
 //   3. dS^T to shared memory; dV_w += P^T dO with P^T from registers;
@@ -342,6 +343,14 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   const int highest_diff = p.window_right >= 0 ? shift + p.window_right : (1 << 30);
   trace(TraceEvent::tile);
   if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, carry.kv_tiles & 1);
+  if constexpr (Traits::kKeyValuesInRegisters) {
+    if (t.steps > 0) {  // K_w and V_w into registers, for every step's S^T and dP^T
+      auto copy_kv = make_tiled_copy_A(typename Traits::SmemCopyKeyValue{}, mma_sdp);
+      auto thr_copy_kv = copy_kv.get_thread_slice(thread);
+      copy(copy_kv, thr_copy_kv.partition_S(sKw), thr_copy_kv.retile_D(tSrK));
+      copy(copy_kv, thr_copy_kv.partition_S(sVw), thr_copy_kv.retile_D(tdPrV));
+    }
+  }
   trace(TraceEvent::operands);
 
   // One step. kMasked: some (query, key) pair of the step is masked (by the window, or lying

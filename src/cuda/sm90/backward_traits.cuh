@@ -7,7 +7,8 @@
 // query block of kBlockM rows, S^T, dP^T, P^T and dS^T, and the dK, dV and dQ GEMMs. Two
 // arrangements, by head dim:
 // - Up to 128 (keys split): one CTA owns kBlockN = 128 keys; warpgroup w owns 64 of them:
-//     S^T  = K_w Q^T      dP^T = V_w dO^T          (SS: both operands in shared memory)
+//     S^T  = K_w Q^T      dP^T = V_w dO^T          (SS: both operands in shared memory;
+//                                                   RS at 64: K_w, V_w in registers)
 //     dV_w += P^T dO      dK_w += dS^T Q             (RS: P^T, dS^T straight from registers)
 //     dQ[:, half w] = dS K[:, half w]               (SS: dS through shared memory; 96, 128)
 //     dQ_w = dS_w K_w, summed in the staging buffer  (SS; 64: kDqOverOwnKeys)
@@ -86,7 +87,13 @@ struct BackwardTraits {
   using TileShapeSdP = Shape<Int<kKeysPerWarpGroup>, Int<kQueriesPerWarpGroup>, Int<kHeadDim>>;  // S^T, dP^T
   using TileShapedKV = Shape<Int<kKeysPerWarpGroup>, Int<kDkvCols>, Int<kBlockM>>;               // dK, dV
   using TileShapedQ = Shape<Int<kBlockM>, Int<kDqCols>, Int<kDqKeys>>;                           // dQ
-  using MmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileShapeSdP>()));
+  // S^T and dP^T take K_w and V_w as A operands, the same for every step of a tile. At d = 64 they
+  // are read into registers once per tile (ldmatrix, 16 registers each), so that these GEMMs read
+  // only Q and dO from shared memory: an SS wgmma m64n64k16 reads 128 bytes a cycle at the tensor
+  // cores' peak, all that shared memory serves, an RS one 64. Above 64 they do not fit beside dK and dV.
+  static constexpr bool kKeyValuesInRegisters = kDqOverOwnKeys;
+  using MmaSdP = decltype(make_tiled_mma(qk_op_selector<Element, TileShapeSdP, kKeyValuesInRegisters>()));
+  using SmemCopyKeyValue = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // K_w, V_w rows -> the A fragment
   // dK/dV: P^T and dS^T from registers (keys split) or from shared memory (head dim split).
   static auto dkv_op() {
     if constexpr (kSplitHeadDim)
