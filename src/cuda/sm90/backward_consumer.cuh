@@ -345,10 +345,8 @@ CUTE_DEVICE void run_backward_consumer(BackwardParams<Traits> const& p, typename
   if (t.steps > 0) cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_loaded, carry.kv_tiles & 1);
   if constexpr (Traits::kKeyValuesInRegisters) {
     if (t.steps > 0) {  // K_w and V_w into registers, for every step's S^T and dP^T
-      auto copy_kv = make_tiled_copy_A(typename Traits::SmemCopyKeyValue{}, mma_sdp);
-      auto thr_copy_kv = copy_kv.get_thread_slice(thread);
-      copy(copy_kv, thr_copy_kv.partition_S(sKw), thr_copy_kv.retile_D(tSrK));
-      copy(copy_kv, thr_copy_kv.partition_S(sVw), thr_copy_kv.retile_D(tdPrV));
+      load_a_fragment<typename Traits::SmemCopyKeyValue>(mma_sdp, thread, sKw, tSrK);
+      load_a_fragment<typename Traits::SmemCopyKeyValue>(mma_sdp, thread, sVw, tdPrV);
     }
   }
   trace(TraceEvent::operands);

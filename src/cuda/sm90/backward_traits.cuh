@@ -91,8 +91,8 @@ struct BackwardTraits {
   // are read into registers once per tile (ldmatrix, 16 registers each), so that these GEMMs read
   // only Q and dO from shared memory: an SS wgmma m64n64k16 reads 128 bytes a cycle at the tensor
   // cores' peak, all that shared memory serves, an RS one 64. Above 64 they do not fit beside dK and dV.
-  static constexpr bool kKeyValuesInRegisters = kDqOverOwnKeys;
-  using MmaSdP = decltype(make_tiled_mma(qk_op_selector<Element, TileShapeSdP, kKeyValuesInRegisters>()));
+  static constexpr bool kKeyValuesInRegisters = !kSplitHeadDim && kHeadDim <= 64;
+  using MmaSdP = decltype(make_tiled_mma(k_major_op_selector<Element, TileShapeSdP, kKeyValuesInRegisters>()));
   using SmemCopyKeyValue = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // K_w, V_w rows -> the A fragment
   // dK/dV: P^T and dS^T from registers (keys split) or from shared memory (head dim split).
   static auto dkv_op() {

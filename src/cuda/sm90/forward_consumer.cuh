@@ -279,12 +279,7 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     clear(tOrO);
     pipeline_q.consumer_wait(state_q);
     if constexpr (Traits::kQueryInRegisters) {
-      if (!mine.empty()) {
-        auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQ{}, mma_qk);
-        auto thread_copy_q = copy_q.get_thread_slice(thread);
-        Tensor tCrQ = thread_copy_q.retile_D(tSrQ);
-        copy(copy_q, thread_copy_q.partition_S(sQ(_, _, state_q.index())), tCrQ);
-      }
+      if (!mine.empty()) load_a_fragment<typename Traits::SmemCopyQ>(mma_qk, thread, sQ(_, _, state_q.index()), tSrQ);
       pipeline_q.consumer_release(state_q);  // the stage is read (or not needed)
     }
     auto&& tSrQ_tile = query_operand<Traits>(tSrQ, state_q.index());

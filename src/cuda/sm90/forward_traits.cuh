@@ -13,6 +13,7 @@
 
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "cuda/sm90/forward_tile.cuh"
+#include "cuda/sm90/gmma_fragment.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -28,15 +29,6 @@ auto smem_layout_atom() {
     return GMMA::Layout_SW64_Atom<Element, kMajor>{};
   else
     return GMMA::Layout_SW32_Atom<Element, kMajor>{};
-}
-
-// The wgmma of S = Q K^T: Q (A) from registers or from shared memory, K (B) from shared memory.
-template <class Element, class TileShape, bool kARegisters>
-auto qk_op_selector() {
-  if constexpr (kARegisters)
-    return GMMA::rs_op_selector<Element, Element, float, TileShape>();
-  else
-    return GMMA::ss_op_selector<Element, Element, float, TileShape>();
 }
 
 // kBlockM_: query rows per tile, 64 per consumer warpgroup: 128, or 192 up to head dim 64
@@ -110,7 +102,7 @@ struct ForwardTraits {
   // it overflows (168 bytes of spills at d = 64).
   static constexpr bool kQueryInRegisters =
       kHeadDim <= FLASHATTN_SM90_Q_IN_REGISTERS_UP_TO && kConsumerWarpGroups == 2 && !kFp8;
-  using TiledMmaQK = decltype(make_tiled_mma(qk_op_selector<Element, TileShapeQK, kQueryInRegisters>(),
+  using TiledMmaQK = decltype(make_tiled_mma(k_major_op_selector<Element, TileShapeQK, kQueryInRegisters>(),
                                               ConsumerLayout{}));
   using SmemCopyQ = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // Q rows -> the A fragment
   static constexpr GMMA::Major kValueMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;  // V^T as B

@@ -1,6 +1,6 @@
 #pragma once
-// Views of wgmma register fragments and the warpgroup GEMM issue, for kernels that keep scores
-// and outputs in registers between two GEMMs.
+// Views of wgmma register fragments, A operands kept in registers, and the warpgroup GEMM issue,
+// for kernels that keep scores, outputs and reused operands in registers between GEMMs.
 //
 // A 64xN fp32 wgmma accumulator gives each thread ((2, 2, N/8), MMA_M, MMA_N) values: a pair of
 // adjacent columns, rows r and r + 8, and N/8 column groups of 8 (r = 16 * warp + lane / 4).
@@ -50,6 +50,27 @@ CUTE_HOST_DEVICE constexpr auto gmma_accumulator_as_a_layout(Layout layout) {
   auto groups = logical_divide(get<0, 2>(layout), Tile<_2>{});  // ((2, N/16))
   return make_layout(make_layout(get<0, 0>(layout), get<0, 1>(layout), get<0, 0>(groups)),
                      get<1>(layout), coalesce(make_layout(get<0, 1>(groups), get<2>(layout))));
+}
+
+// The wgmma of K-major A and B (fp32 accumulator) with A from registers (RS) or from shared
+// memory (SS); B from shared memory.
+template <class Element, class TileShape, bool kARegisters>
+auto k_major_op_selector() {
+  if constexpr (kARegisters)
+    return cute::GMMA::rs_op_selector<Element, Element, float, TileShape>();
+  else
+    return cute::GMMA::ss_op_selector<Element, Element, float, TileShape>();
+}
+
+// Reads an A operand's tile from shared memory into an RS wgmma's register fragment (ldmatrix, as
+// CopyAtom says), for an A operand that serves several GEMMs: the forward's Q over a tile's key
+// blocks, the d = 64 backward's K_w and V_w over a tile's steps.
+template <class CopyAtom, class TiledMma, class SmemTile, class Fragment>
+CUTE_DEVICE void load_a_fragment(TiledMma const& mma, int thread, SmemTile const& smem, Fragment& fragment) {
+  auto copy_a = cute::make_tiled_copy_A(CopyAtom{}, mma);
+  auto thread_copy = copy_a.get_thread_slice(thread);
+  auto destination = thread_copy.retile_D(fragment);
+  cute::copy(copy_a, thread_copy.partition_S(smem), destination);
 }
 
 // Issues C (+)= A B over all k blocks as one wgmma batch and commits it; the caller waits
