@@ -136,9 +136,11 @@ std::vector<Case> shared_cases(TableFor backend) {
     add(c);
   }
   // sm_margin (GPU table only; the CPU ignores it): every SM but one left free, so the persistent
-  // sm90 kernels run one CTA through all the tiles (causal and GQA: tiles of unequal length).
+  // sm90 kernels run one CTA through all the tiles (causal and GQA: tiles of unequal length). At
+  // d = 64 the backward's consumers read each tile's K and V into registers once (BackwardTraits::
+  // kKeyValuesInRegisters): here every tile after the first must read its own, not keep the last.
   if (backend == TableFor::cuda) {
-    for (int d : {128, 256}) {
+    for (int d : {64, 128, 256}) {
       Case c;
       c.name = "sm_margin_one_sm_gqa_causal_hd" + std::to_string(d);
       c.head_dim = d;
