@@ -17,6 +17,7 @@
 #include "cuda/sm90/forward_heuristics.hpp"
 #include "cuda/sm90/page_box_coords.hpp"
 #include "support/cases.hpp"
+#include "support/kv_cases.hpp"
 
 namespace flashattn::testing {
 namespace {
@@ -323,6 +324,59 @@ TEST(Sm80TileChoice, SharedTableRunsBothPrefillTilesAtHeadDim256) {
   }
   EXPECT_TRUE(short_tiles) << "no d = 256 case runs the short prefill tile";
   EXPECT_TRUE(tall_tiles) << "no d = 256 case runs the 128 x 64 prefill tile";
+}
+
+// A KV-cache call's append + rotary runs inside the decode kernel for up to 16 new rows on the
+// decode tile, in a kernel of its own before the attention otherwise; the KV case table reaches
+// both (on the sm80 family, which decodes on Hopper too).
+TEST(Sm80TileChoice, KvAppendFusedOnTheDecodeTileForFewNewRows) {
+  using cuda::sm80::fuses_kv_append;
+  int storage = 0;
+  auto problem = [](int batch, int heads_q, int heads_kv, int head_dim, int seqlen_q) {
+    detail::ForwardProblem p;
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.head_dim = head_dim;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_k = 4096;
+    return p;
+  };
+  auto append = [&](int seqlen_new, bool rotary) {
+    detail::KvAppend a;
+    a.seqlen_new = seqlen_new;
+    a.k_new.data = a.v_new.data = seqlen_new > 0 ? &storage : nullptr;
+    a.cos = a.sin = rotary ? &storage : nullptr;
+    return a;
+  };
+  EXPECT_TRUE(fuses_kv_append(problem(8, 32, 8, 128, 1), 128, append(1, true)));
+  EXPECT_TRUE(fuses_kv_append(problem(8, 32, 8, 128, 4), 128, append(4, false)));
+  EXPECT_TRUE(fuses_kv_append(problem(8, 32, 8, 128, 1), 128, append(16, true)));
+  EXPECT_FALSE(fuses_kv_append(problem(8, 32, 8, 128, 1), 128, append(17, true)));
+  EXPECT_FALSE(fuses_kv_append(problem(8, 32, 8, 128, 1), 128, append(0, false)));  // nothing to do
+  EXPECT_FALSE(fuses_kv_append(problem(8, 32, 8, 128, 32), 128, append(16, true)));  // 4 x 32 rows: prefill tile
+  EXPECT_FALSE(fuses_kv_append(problem(0, 32, 8, 128, 1), 128, append(1, true)));   // no kernel launched
+  EXPECT_FALSE(fuses_kv_append(problem(8, 32, 8, 128, 0), 128, append(1, true)));
+  detail::ForwardProblem dropout = problem(8, 32, 8, 128, 1);
+  dropout.dropout.p = 0.1f;
+  EXPECT_FALSE(fuses_kv_append(dropout, 128, append(1, true)));
+
+  int fused = 0, separate = 0;
+  for (const KvCase& c : kv_cases()) {
+    if (c.seqlen_new == 0 && c.rotary_dim == 0) continue;
+    int width = 32;
+    for (int w : {32, 64, 96, 128, 192, 256})
+      if (w >= c.head_dim) {
+        width = w;
+        break;
+      }
+    (fuses_kv_append(problem(c.batch, c.heads_q, c.heads_kv, c.head_dim, c.seqlen_q), width,
+                     append(c.seqlen_new, c.rotary_dim > 0))
+         ? fused
+         : separate)++;
+  }
+  EXPECT_GE(fused, 8) << "KV case rows whose append the decode kernel does";
+  EXPECT_GE(separate, 3) << "KV case rows whose append runs as a kernel of its own";
 }
 
 // Every tile once; each column's key blocks first to last (deterministic mode: last to first),

@@ -4,7 +4,8 @@
 // attention; the cache rows themselves are addressed through kv_layout.hpp.
 #include <cstdint>
 
-#include "common/problem.hpp"
+#include "common/host_device.hpp"
+#include "common/seq_tensor.hpp"
 
 namespace flashattn::detail {
 

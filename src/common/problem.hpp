@@ -5,30 +5,14 @@
 
 #include "common/alibi.hpp"
 #include "common/host_device.hpp"
+#include "common/kv_append.hpp"
 #include "common/kv_layout.hpp"
 #include "common/philox.hpp"
+#include "common/seq_tensor.hpp"
 #include "flashattn/attention.hpp"
 #include "flashattn/tensor.hpp"
 
 namespace flashattn::detail {
-
-// One (batch, seq, head, dim) operand. Element (b, i, h, d) of sequence b lives at
-//   data + b * batch_stride + (row_offset(b) + i) * seq_stride + h * head_stride + d
-// where row_offset(b) is cu_seqlens[b] for variable length (batch_stride = 0) and 0 otherwise.
-struct SeqTensor {
-  void* data = nullptr;
-  std::int64_t batch_stride = 0;
-  std::int64_t seq_stride = 0;
-  std::int64_t head_stride = 0;
-};
-
-// LSE (and any per-row float vector): element (b, h, i) lives at
-//   data + b * batch_stride + h * head_stride + row_offset(b) + i
-struct RowVector {
-  float* data = nullptr;
-  std::int64_t batch_stride = 0;
-  std::int64_t head_stride = 0;
-};
 
 struct Problem {
   DType dtype = DType::f16;
@@ -99,6 +83,9 @@ struct ForwardProblem : Problem {
   SeqTensor out;
   RowVector lse;  // lse.data == nullptr: not requested
   int num_splits = 0;  // split-KV count asked for by the caller; 0 = the backend's heuristic
+  // A KV-cache call's append + rotary where the attention kernel itself does it (the sm80 decode
+  // kernel: cuda/sm80/fused_append.cuh); empty otherwise, the append having run before.
+  KvAppend fused_append;
 };
 
 struct BackwardProblem : Problem {

@@ -18,6 +18,7 @@
 #include "cuda/common/stream_workspace.cuh"
 #include "cuda/kv_append.cuh"
 #include "cuda/sm80/api.hpp"
+#include "cuda/sm80/forward_heuristics.hpp"
 #include "cuda/sm90/api.hpp"
 
 namespace flashattn::cuda {
@@ -248,6 +249,11 @@ void forward_kvcache(const detail::ForwardProblem& problem, const detail::KvAppe
                 "at most 65535 on the sm80 forward's grid",
                 std::to_string(problem.batch > 65535 ? problem.batch : problem.heads_q));
   detail::ForwardProblem p = problem;
+  if (c.family == Family::sm80 && sm80::fuses_kv_append(p, c.width, append)) {
+    p.fused_append = append;  // the decode kernel appends and rotates itself (sm80/fused_append.cuh)
+    if (!run_instance(c.family, c.width, p)) throw_not_built(p, "forward", cc);
+    return;
+  }
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const std::size_t q_bytes = append.rotates() ? std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim *
                                                      element_size(p.dtype)

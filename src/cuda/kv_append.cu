@@ -1,35 +1,18 @@
-// The append + rotary step of a KV-cache call (kv_append.cuh).
-//
-// A separate kernel rather than a fusion into the attention kernel (flash-attn fuses it into its
-// split-KV kernel). It moves a few kilobytes (b x seqlen_new x heads_kv x d x 2 elements, plus
-// the queries) and costs about one kernel boundary, which the attention's programmatic launch
-// (common/programmatic_launch.cuh) shortens on Hopper: 4.6% over decoding alone at KV 4k, 2.6% at
-// 16k, about 1% from 64k (b = 8, 32 query heads over 8 KV heads, d = 128, H100, through Python;
-// docs/kernels/kv-cache.md).
+// The append + rotary step of a KV-cache call (kv_append.cuh), as a kernel of its own before the
+// attention, for the calls whose attention kernel does not do it itself: the sm80 decode kernel
+// does, for up to 16 new rows (sm80/fused_append.cuh; sm80/forward_heuristics.hpp:
+// fuses_kv_append); this kernel serves more new rows, the prefill tiles and the sm90 family. It
+// moves a few kilobytes and costs about one kernel boundary, which the attention's programmatic
+// launch (common/programmatic_launch.cuh) shortens on Hopper (docs/kernels/kv-cache.md).
 #include "cuda/kv_append.cuh"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include "common/kv_layout.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/programmatic_launch.cuh"
+#include "cuda/common/rotary.cuh"
 
 namespace flashattn::cuda {
 namespace {
-
-template <class T>
-__device__ float to_float(T x);
-template <>
-__device__ float to_float(__half x) { return __half2float(x); }
-template <>
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-__device__ T from_float(float x);
-template <>
-__device__ __half from_float(float x) { return __float2half_rn(x); }
-template <>
-__device__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 
 struct AppendParams {
   detail::ForwardProblem p;
@@ -40,29 +23,12 @@ struct AppendParams {
 };
 
 // Copies one row of head_dim elements from src to dst, rotating [0, rotary_dim) at `position`
-// when rotate is set. Each thread takes element pairs (or single elements past rotary_dim).
+// when rotate is set. Each thread takes column pairs (common/rotary.cuh).
 template <class T>
 __device__ void copy_row(const AppendParams& P, const T* src, T* dst, int position, bool rotate) {
   const int d = P.p.head_dim;
-  const int half = P.a.rotary_dim / 2;
-  const int rotated = rotate ? P.a.rotary_dim : 0;
-  for (int e = threadIdx.x; e < d; e += blockDim.x) {
-    if (e < rotated) {
-      // The pair's first element does the work.
-      const bool first = P.a.interleaved ? (e % 2 == 0) : (e < half);
-      if (!first) continue;
-      const int j = P.a.interleaved ? e / 2 : e;
-      const int e1 = P.a.interleaved ? e + 1 : e + half;
-      const T* cos = static_cast<const T*>(P.a.cos) + std::int64_t(position) * P.a.cos_stride;
-      const T* sin = static_cast<const T*>(P.a.sin) + std::int64_t(position) * P.a.sin_stride;
-      float x[2] = {to_float(src[e]), to_float(src[e1])};
-      const float c = to_float(cos[j]), s = to_float(sin[j]);
-      dst[e] = from_float<T>(x[0] * c - x[1] * s);
-      dst[e1] = from_float<T>(x[0] * s + x[1] * c);
-    } else {
-      dst[e] = src[e];
-    }
-  }
+  for (int j = threadIdx.x; j < (d + 1) / 2; j += blockDim.x)
+    copy_row_pair(P.a, src, d, d, position, rotate, j, [&](int c, T x) { dst[c] = x; });
 }
 
 // One CTA per row: the first key_rows CTAs append (b, i, h) of k_new/v_new, the rest rotate

@@ -310,7 +310,7 @@ void run_variant(const ForwardArgs& a, int num_splits = 0) {
   using Traits = TuneTraits<D, BM, BN, W>;
   const detail::ForwardProblem p = detail::make_forward_problem(a);
   fwd::ForwardParams params = fwd::make_forward_params(p);
-  params.pack = fwd::choose_pack(p, fwd::prefill_tiles<D>());
+  params.pack = fwd::choose_pack(p, fwd::prefill_tiles(D));
   fwd::launch_forward<Traits>(p, params, 0, num_splits);
 }
 

@@ -94,6 +94,72 @@ std::vector<KvCase> kv_cases() {
     c.rotary_dim = 64;
     t.push_back(c);
   }
+  // The append + rotary that the sm80 decode kernel does itself (cuda/sm80/fused_append.cuh):
+  // every split of a sequence writes its new rows (forced counts and the heuristic's), query rows
+  // rotated as they load, with and without rotary, a head dim below the kernel width, new rows
+  // that no query sees (they are written all the same); and above kFusedAppendMaxRows (16) new
+  // rows on the decode tile, where the append kernel runs first.
+  {
+    KvCase c;
+    c.name = "append_rotary_gqa4_splits4_causal";
+    c.heads_q = 8;
+    c.cache_rows = 1100;
+    c.cache_seqlens = {1000, 389};
+    c.seqlen_q = c.seqlen_new = 4;
+    c.rotary_dim = 64;
+    c.causal = true;
+    c.num_splits = 4;
+    t.push_back(c);
+    c.name = "append_rotary_paged16_hd128_leftpad_splits3";
+    c.head_dim = 128;
+    c.page_size = 16;
+    c.cache_rows = 640;
+    c.cache_seqlens = {600, 150};
+    c.leftpad = {5, 0};
+    c.seqlen_q = c.seqlen_new = 1;
+    c.rotary_dim = 128;
+    c.num_splits = 3;
+    t.push_back(c);
+    c.name = "append_rotary_interleaved_hd80_gqa4";
+    c.head_dim = 80;
+    c.page_size = 0;
+    c.cache_rows = 300;
+    c.cache_seqlens = {100, 251};
+    c.leftpad = {};
+    c.rotary_dim = 32;
+    c.interleaved = true;
+    c.causal = false;
+    c.num_splits = 0;
+    t.push_back(c);
+    c.name = "append_no_rotary_splits2";
+    c.head_dim = 64;
+    c.seqlen_new = 2;
+    c.rotary_dim = 0;
+    c.interleaved = false;
+    c.num_splits = 2;
+    t.push_back(c);
+    c.name = "append_rotary_window_unseen_rows_splits2";  // the query sees 3 of the 6 new rows
+    c.seqlen_new = 6;
+    c.rotary_dim = 16;
+    c.causal = true;
+    c.window_left = 2;
+    t.push_back(c);
+    c.name = "append_rotary_17_rows_decode_causal";  // one more than the fused path takes
+    c.seqlen_new = 17;
+    c.window_left = -1;
+    c.num_splits = 0;
+    t.push_back(c);
+    // d = 256, 100 query rows of one head a tile: the sm80 family's short-prefill tile (the decode
+    // kernel), two query blocks, each writing the new rows.
+    c.name = "append_rotary_hd256_two_query_blocks_causal";
+    c.heads_q = 2;
+    c.head_dim = 256;
+    c.cache_seqlens = {100, 180};
+    c.seqlen_q = 100;
+    c.seqlen_new = 8;
+    c.rotary_dim = 64;
+    t.push_back(c);
+  }
   // Paged rows at head dims below the kernel width, not 16-byte aligned (d = 59: rows move element
   // by element) and aligned (d = 80): the paged loads go through the same column rule as the
   // contiguous ones (flash-attn's suite faulted here at 967cd46, on an H100, 2026-11-26).

@@ -18,19 +18,17 @@ struct TileShape {
 // d = 128: 128x64/4 warps beat 128x128/8, 128x32/4 and 64x64/4 by 3-25%; d = 64: 128x64 and
 // 128x128 tie, and 128x64 does not spill (128x128 spills 128 bytes); d = 256: 128x64/8 and
 // 64x64/4 tie.
-template <int HeadDim>
-constexpr TileShape prefill_tiles() {
-  if constexpr (HeadDim <= 32) return {128, 128, 4};
-  else if constexpr (HeadDim <= 128) return {128, 64, 4};
-  else return {128, 64, 8};
+constexpr TileShape prefill_tiles(int width) {
+  if (width <= 32) return {128, 128, 4};
+  if (width <= 128) return {128, 64, 4};
+  return {128, 64, 8};
 }
 
 // Short queries (decoding): 64 rows (a smaller M keeps the tensor-core work per byte of K/V
 // low), key tiles of 128 (64 from d = 192, for registers). Bandwidth-bound.
-template <int HeadDim>
-constexpr TileShape decode_tiles() {
-  if constexpr (HeadDim <= 128) return {64, 128, 4};
-  else return {64, 64, 4};
+constexpr TileShape decode_tiles(int width) {
+  if (width <= 128) return {64, 128, 4};
+  return {64, 64, 4};
 }
 
 // Prefill at head dim 256 on short query sequences: the decode tile (64 x 64, 4 warps) rather
@@ -54,6 +52,29 @@ inline int choose_pack(const detail::Problem& p, TileShape prefill) {
 
 inline bool use_decode_tiles(const detail::Problem& p, int pack, TileShape decode) {
   return std::int64_t(p.seqlen_q) * pack <= decode.block_m;
+}
+
+// The tiles that run a problem on the kernels of width `width`: GQA packing, and whether the
+// decode tile (64 rows; also the short-prefill tile above) takes it. Dropout runs the prefill
+// tile with query heads never packed (its random stream is laid out per query head).
+struct TileChoice {
+  int pack;
+  bool decode;
+};
+inline TileChoice choose_tiles(const detail::ForwardProblem& p, int width) {
+  if (p.dropout.enabled()) return {1, false};
+  const int pack = choose_pack(p, prefill_tiles(width));
+  return {pack, use_decode_tiles(p, pack, decode_tiles(width)) || short_prefill_tiles(width, p.seqlen_q, pack)};
+}
+
+// A KV-cache call's append + rotary in the decode kernel itself (sm80/fused_append.cuh) rather
+// than a kernel of its own before it: on the decode tile, and for at most kFusedAppendMaxRows
+// new rows, since every split of a sequence writes all of them. Calls that launch nothing (no
+// sequence or no query row) keep the separate kernel, which still appends.
+constexpr int kFusedAppendMaxRows = 16;
+inline bool fuses_kv_append(const detail::ForwardProblem& p, int width, const detail::KvAppend& a) {
+  return (a.appends() || a.rotates()) && a.seqlen_new <= kFusedAppendMaxRows && p.batch > 0 && p.seqlen_q > 0 &&
+         choose_tiles(p, width).decode;
 }
 
 // Keys one query block visits at most (for the split count): all of them, unless a left window

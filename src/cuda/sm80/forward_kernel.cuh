@@ -28,6 +28,7 @@
 #include "cuda/common/programmatic_launch.cuh"
 #include "cuda/common/warp_gemm.cuh"
 #include "cuda/sm80/forward_params.hpp"
+#include "cuda/sm80/fused_append.cuh"
 #include "cuda/sm80/paged_tiles.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -91,7 +92,9 @@ __device__ inline bool locate_block(const ForwardParams& p, int block_m, int blo
 // kDropout: P is dropped (common/dropout.cuh) after the softmax, for P V only; the row sums and
 // the LSE are those of the undropped scores, and O is scaled by 1 / (1 - p) at the end.
 // Requires params.pack == 1. A template flag, so that kernels without dropout carry none of it.
-template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
+// kFusedAppend: the kernel does params.fused_append first (sm80/fused_append.cuh); the decode
+// tiles only.
+template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false, bool kFusedAppend = false>
 __global__ void __launch_bounds__(Traits::kThreads)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   using namespace cute;
@@ -198,6 +201,29 @@ __global__ void __launch_bounds__(Traits::kThreads)
       rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
   constexpr int kRows = decltype(size<0>(score_coords))::value;
 
+  // A KV-cache call's new rows into the cache before any K/V load of this CTA (or its early
+  // return: the rows are written whether this CTA sees them or not), and the rotated queries
+  // into shared memory.
+  const bool queries_rotated = kFusedAppend && params.fused_append.rotates();
+  if constexpr (kFusedAppend) {
+    append_new_rows<Element>(params, blk.batch, blk.seq.kv_batch, kv_head, tid, Traits::kThreads);
+    if (queries_rotated) {
+      load_rotated_queries<Element, kHeadDim>(
+          params, blk.batch, blk.rows, sQ,
+          [&](int r) {
+            return QueryRowSource{packed_row_index(params.q_layout, r), blk.query_row(params, blk.row0 + r)};
+          },
+          tid, Traits::kThreads);
+      CUTE_UNROLL
+      for (int m = 0; m < size<1>(tQc); ++m) {  // rows past the block's: zero, as the copies' fill
+        if (get<0>(tQc(0, m, 0)) < blk.rows) continue;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tQc); ++k) *reinterpret_cast<uint4*>(&tQsQ(0, m, k)) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    __syncthreads();
+  }
+
   if (blk.tiles.empty()) {
     // No key visible to any row of the block (or to this split): output 0, LSE -inf.
     if (params.num_splits > 1) {
@@ -231,15 +257,17 @@ __global__ void __launch_bounds__(Traits::kThreads)
                  blk.tiles.end - 1, tid);
     cp_async_commit();
   }
-  for_each_thread_row(params.q_layout, [&](int m, std::int64_t index) {
-    const bool valid = get<0>(tQc(0, m, 0)) < blk.rows;
-    const Element* row_ptr = q_base + (valid ? index : 0);
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tQc); ++k) {
-      const int col = get<1>(tQc(0, m, k));
-      load_piece<kColumns>(&tQsQ(0, m, k), row_ptr + col, valid, col, params.cols);
-    }
-  });
+  if (!queries_rotated) {
+    for_each_thread_row(params.q_layout, [&](int m, std::int64_t index) {
+      const bool valid = get<0>(tQc(0, m, 0)) < blk.rows;
+      const Element* row_ptr = q_base + (valid ? index : 0);
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tQc); ++k) {
+        const int col = get<1>(tQc(0, m, k));
+        load_piece<kColumns>(&tQsQ(0, m, k), row_ptr + col, valid, col, params.cols);
+      }
+    });
+  }
   const int kv_row0 = get<0>(tKVc(0, 0, 0)), kv_col0 = get<1>(tKVc(0, 0, 0));
   // Issues the thread's pieces of a K/V tile; row_pointer(m, row, valid) gives the address of the
   // thread's m-th row (row = m * kRowStep rows after its first, valid: within the sequence).

@@ -67,6 +67,7 @@ inline ForwardParams make_forward_params(const detail::ForwardProblem& p) {
   f.pack = 1;
   f.num_splits = 1;
   f.dropout = p.dropout;
+  f.fused_append = p.fused_append;
   return f;
 }
 
@@ -90,22 +91,22 @@ constexpr int forward_smem_bytes(bool paged) {
   return Traits::kSmemBytes + (paged ? TilePages<Traits::kBlockN>::kSmemBytes : 0);
 }
 
-template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
+template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false, bool kFusedAppend = false>
 KernelResidency prepare_forward_kernel(int device) {
   auto query = [device] {
     KernelResidency r;
     constexpr int kMaxSmem = forward_smem_bytes<Traits>(true);
     if (kMaxSmem > 48 * 1024)
-      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kColumns, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      FA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<Traits, kColumns, kDropout, kFusedAppend>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          kMaxSmem));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.sm_count, cudaDevAttrMultiProcessorCount, device));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&r.l2_bytes, cudaDevAttrL2CacheSize, device));
-    r.programmatic = compiled_with_grid_wait(forward_kernel<Traits, kColumns, kDropout>);
+    r.programmatic = compiled_with_grid_wait(forward_kernel<Traits, kColumns, kDropout, kFusedAppend>);
     r.combine_programmatic =
         compiled_with_grid_wait(combine_splits_kernel<typename Traits::Element, Traits::kHeadDim>);
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kColumns, kDropout>,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, forward_kernel<Traits, kColumns, kDropout, kFusedAppend>,
                                                                 Traits::kThreads, Traits::kSmemBytes));
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm_paged, forward_kernel<Traits, kColumns, kDropout>,
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm_paged, forward_kernel<Traits, kColumns, kDropout, kFusedAppend>,
                                                                 Traits::kThreads, kMaxSmem));
     return r;
   };
@@ -127,13 +128,14 @@ inline void check_grid(const char* what, long long value, long long limit) {
 // Launches one tile configuration. num_splits = 0 lets the heuristic choose (tuning tools force
 // a count). kColumns: how the kernel moves tile columns (column_mode of params.cols;
 // common/head_columns.cuh). kDropout: the kernel with dropout (params.pack must be 1).
-template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false>
+// kFusedAppend: the kernel that does params.fused_append (sm80/fused_append.cuh).
+template <class Traits, ColumnMode kColumns = ColumnMode::full, bool kDropout = false, bool kFusedAppend = false>
 void launch_forward(const detail::ForwardProblem& problem, ForwardParams params, int device,
                     int num_splits = 0) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   cudaStream_t stream = static_cast<cudaStream_t>(problem.stream);
-  const KernelResidency residency = prepare_forward_kernel<Traits, kColumns, kDropout>(device);
+  const KernelResidency residency = prepare_forward_kernel<Traits, kColumns, kDropout, kFusedAppend>(device);
 
   const long long rows = static_cast<long long>(problem.seqlen_q) * params.pack;
   const int m_blocks = int((rows + Traits::kBlockM - 1) / Traits::kBlockM);
@@ -176,7 +178,7 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
     params.partial_lse = workspace.at<float>(lse_offset);
   }
 
-  launch_programmatic(forward_kernel<Traits, kColumns, kDropout>, grid, dim3(Traits::kThreads), smem_bytes, stream,
+  launch_programmatic(forward_kernel<Traits, kColumns, kDropout, kFusedAppend>, grid, dim3(Traits::kThreads), smem_bytes, stream,
                       residency.programmatic, params);
 
   if (params.num_splits > 1) {
@@ -192,24 +194,31 @@ void launch_forward(const detail::ForwardProblem& problem, ForwardParams params,
 template <class Element, int HeadDim>
 void run_forward(const detail::ForwardProblem& problem) {
   if (problem.batch == 0 || problem.seqlen_q == 0) return;
-  constexpr TileShape kPrefill = prefill_tiles<HeadDim>();
-  constexpr TileShape kDecode = decode_tiles<HeadDim>();
+  constexpr TileShape kPrefill = prefill_tiles(HeadDim);
+  constexpr TileShape kDecode = decode_tiles(HeadDim);
   using PrefillTraits = ForwardTraits<Element, HeadDim, kPrefill.block_m, kPrefill.block_n, kPrefill.warps>;
   using DecodeTraits = ForwardTraits<Element, HeadDim, kDecode.block_m, kDecode.block_n, kDecode.warps>;
 
   ForwardParams params = make_forward_params(problem);
-  // Dropout: one extra kernel, prefill tiles, query heads never packed into
-  // rows (dropout's stream is laid out per query head; common/philox.hpp).
+  // Dropout: one extra kernel, prefill tiles, query heads never packed into rows
+  // (forward_heuristics.hpp: choose_tiles).
   const bool dropout = problem.dropout.enabled();
-  if (!dropout) params.pack = choose_pack(problem, kPrefill);
-  const bool decode = !dropout && (use_decode_tiles(problem, params.pack, kDecode) ||
-                                   short_prefill_tiles(HeadDim, problem.seqlen_q, params.pack));
+  const TileChoice tiles = choose_tiles(problem, HeadDim);
+  params.pack = tiles.pack;
+  // The dispatcher fuses a KV-cache append only where fuses_kv_append holds, which takes the
+  // decode tiles.
+  const bool fused_append = problem.fused_append.appends() || problem.fused_append.rotates();
+  if (fused_append && !tiles.decode)
+    throw Error(ErrorKind::unsupported, "k", "a KV-cache append fused on the decode tiles only",
+                "a call on the prefill tiles");
   // Tiles are chosen by the width (the work per tile is the width's, whatever the head dim).
   auto launch = [&](auto columns) {
     constexpr ColumnMode kColumns = decltype(columns)::value;
     if (dropout)  // one instance: `any` columns serve every head dim
       launch_forward<PrefillTraits, ColumnMode::any, true>(problem, params, problem.device_index, problem.num_splits);
-    else if (decode)
+    else if (fused_append)
+      launch_forward<DecodeTraits, kColumns, false, true>(problem, params, problem.device_index, problem.num_splits);
+    else if (tiles.decode)
       launch_forward<DecodeTraits, kColumns>(problem, params, problem.device_index, problem.num_splits);
     else
       launch_forward<PrefillTraits, kColumns>(problem, params, problem.device_index, problem.num_splits);

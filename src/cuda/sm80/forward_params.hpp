@@ -63,6 +63,10 @@ struct ForwardParams {
   int tiles_per_split;
   float* partial_out;  // (splits, batch, heads_q, seqlen_q, head_dim)
   float* partial_lse;  // (splits, batch, heads_q, seqlen_q)
+
+  // A KV-cache call's append + rotary, done by the kernel instantiated with kFusedAppend = true
+  // (sm80/fused_append.cuh); empty for the others.
+  detail::KvAppend fused_append;
 };
 
 // Where sequence b's rows are and how many there are.

@@ -1,0 +1,81 @@
+#pragma once
+// A KV-cache call's append + rotary inside the sm80 decode kernel (forward_kernel.cuh,
+// kFusedAppend), where otherwise a kernel of its own runs before the attention
+// (cuda/kv_append.cu) and the attention waits for that grid to complete.
+//
+// Every CTA of a (sequence, KV head) writes the sequence's new rows into the cache itself, K
+// rotated and V copied, before its first K/V load; the CTAs of a sequence's key splits write the
+// same bytes, and each reads the rows back only after its own writes and a barrier, so no CTA
+// waits for another. Writing them once per split is why only calls of a few new rows take this
+// path (kFusedAppendMaxRows, sm80/forward_heuristics.hpp). Each CTA rotates its own query rows
+// as it moves them into shared memory. Both go through common/rotary.cuh, as the separate kernel
+// does, so the bits are the same either way. What it saves, and three arrangements that measured
+// slower (the first K tile's copies issued before the append among them): docs/kernels/kv-cache.md.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cutlass/numeric_types.h>
+
+#include <type_traits>
+
+#include "common/kv_layout.hpp"
+#include "cuda/common/rotary.cuh"
+#include "cuda/sm80/forward_params.hpp"
+
+namespace flashattn::cuda::sm80 {
+
+// The CUDA type with the layout of a kernel element type, for common/rotary.cuh.
+template <class Element>
+using CudaScalar = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, __half, __nv_bfloat16>;
+
+// Writes the new rows [cache_seqlens[batch], + seqlen_new) of one KV head into the cache.
+template <class Element>
+__device__ void append_new_rows(const ForwardParams& p, int batch, int kv_batch, int kv_head, int tid, int threads) {
+  using T = CudaScalar<Element>;
+  const detail::KvAppend& a = p.fused_append;
+  if (!a.appends()) return;
+  const int d = p.cols.dim, pairs = (d + 1) / 2;
+  const int first_row = a.cache_seqlens[batch];
+  for (int t = tid; t < a.seqlen_new * pairs; t += threads) {
+    const int i = t / pairs, j = t - i * pairs;
+    const int row = first_row + i;  // its storage row, and its rotary position
+    auto source = [&](const detail::SeqTensor& s) {
+      return static_cast<const T*>(s.data) + batch * s.batch_stride + std::int64_t(i) * s.seq_stride +
+             std::int64_t(kv_head) * s.head_stride;
+    };
+    auto target = [&](const void* cache, const detail::SeqTensor& layout) {
+      return static_cast<T*>(const_cast<void*>(cache)) +
+             detail::kv_element(p.kv.pages, layout.batch_stride, layout.seq_stride, layout.head_stride, batch,
+                                kv_batch, row, kv_head);
+    };
+    T* k_row = target(p.k, p.k_layout);
+    T* v_row = target(p.v, p.v_layout);
+    copy_row_pair(a, source(a.k_new), d, d, row, a.rotates(), j, [&](int c, T x) { k_row[c] = x; });
+    copy_row_pair(a, source(a.v_new), d, d, row, false, j, [&](int c, T x) { v_row[c] = x; });
+  }
+}
+
+// Where tile row r of the queries comes from: its element index in q, its query row.
+struct QueryRowSource {
+  std::int64_t index;
+  int query_row;
+};
+
+// Writes the tile's query rows [0, rows) into sQ (kHeadDim columns, those from the head dim on
+// 0), each rotated at its query position; row_source(r) -> QueryRowSource.
+template <class Element, int kHeadDim, class SmemQ, class RowSource>
+__device__ void load_rotated_queries(const ForwardParams& p, int batch, int rows, SmemQ& sQ, RowSource&& row_source,
+                                     int tid, int threads) {
+  using T = CudaScalar<Element>;
+  const detail::KvAppend& a = p.fused_append;
+  constexpr int kPairs = kHeadDim / 2;
+  for (int t = tid; t < rows * kPairs; t += threads) {
+    const int r = t / kPairs, j = t % kPairs;
+    const QueryRowSource source = row_source(r);
+    copy_row_pair(a, static_cast<const T*>(p.q) + source.index, p.cols.dim, kHeadDim,
+                  a.query_position(batch, source.query_row),
+                  true, j, [&](int c, T x) { *reinterpret_cast<T*>(&sQ(r, c)) = x; });
+  }
+}
+
+}  // namespace flashattn::cuda::sm80
