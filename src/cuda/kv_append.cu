@@ -46,15 +46,10 @@ __global__ void kv_append_kernel(const __grid_constant__ AppendParams P) {
     const int i = r % P.a.seqlen_new, b = r / P.a.seqlen_new;
     const int position = P.a.cache_seqlens[b] + i;
     const int kv_batch = p.kv.batch_index ? p.kv.batch_index[b] : b;
-    const std::int64_t kd =
-        detail::kv_element(p.kv.pages, p.k.batch_stride, p.k.seq_stride, p.k.head_stride, b, kv_batch, position, h);
-    const std::int64_t vd =
-        detail::kv_element(p.kv.pages, p.v.batch_stride, p.v.seq_stride, p.v.head_stride, b, kv_batch, position, h);
-    const auto src = [&](const detail::SeqTensor& t) {
-      return static_cast<const T*>(t.data) + b * t.batch_stride + std::int64_t(i) * t.seq_stride + std::int64_t(h) * t.head_stride;
-    };
-    copy_row<T>(P, src(P.a.k_new), static_cast<T*>(p.k.data) + kd, position, P.a.rotates());
-    copy_row<T>(P, src(P.a.v_new), static_cast<T*>(p.v.data) + vd, position, false);
+    copy_row<T>(P, new_row<T>(P.a.k_new, b, i, h), cache_row<T>(p.k.data, p.k, p.kv.pages, b, kv_batch, position, h),
+                position, P.a.rotates());
+    copy_row<T>(P, new_row<T>(P.a.v_new, b, i, h), cache_row<T>(p.v.data, p.v, p.kv.pages, b, kv_batch, position, h),
+                position, false);
     return;
   }
   r -= P.key_rows;

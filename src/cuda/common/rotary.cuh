@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "common/kv_append.hpp"
+#include "common/kv_layout.hpp"
 
 namespace flashattn::cuda {
 
@@ -28,6 +29,22 @@ template <>
 __device__ inline __half from_float(float x) { return __float2half_rn(x); }
 template <>
 __device__ inline __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+
+// New row i of sequence b, head h, in a call's k_new or v_new.
+template <class T>
+__device__ const T* new_row(const detail::SeqTensor& t, int b, int i, int h) {
+  return static_cast<const T*>(t.data) + b * t.batch_stride + std::int64_t(i) * t.seq_stride +
+         std::int64_t(h) * t.head_stride;
+}
+
+// Storage row `row` of sequence b (cache batch kv_batch), KV head h, in a cache whose strides are
+// `layout`'s (contiguous, or pages through `pages`: common/kv_layout.hpp).
+template <class T>
+__device__ T* cache_row(const void* cache, const detail::SeqTensor& layout, const detail::KvPages& pages, int b,
+                        int kv_batch, int row, int h) {
+  return static_cast<T*>(const_cast<void*>(cache)) +
+         detail::kv_element(pages, layout.batch_stride, layout.seq_stride, layout.head_stride, b, kv_batch, row, h);
+}
 
 // Stores pair j of the row `src` (head_dim columns) through store(column, value), for columns
 // below `width` (columns from head_dim on store 0), rotated at `position` when `rotate`.

@@ -9,8 +9,9 @@
 // waits for another. Writing them once per split is why only calls of a few new rows take this
 // path (kFusedAppendMaxRows, sm80/forward_heuristics.hpp). Each CTA rotates its own query rows
 // as it moves them into shared memory. Both go through common/rotary.cuh, as the separate kernel
-// does, so the bits are the same either way. What it saves, and three arrangements that measured
-// slower (the first K tile's copies issued before the append among them): docs/kernels/kv-cache.md.
+// does, so the bits are the same either way. What it saves, and the arrangements that measured
+// slower (all those that issue the first K tile's copies before the moves are done among them):
+// docs/kernels/kv-cache.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -39,19 +40,11 @@ __device__ void append_new_rows(const ForwardParams& p, int batch, int kv_batch,
   for (int t = tid; t < a.seqlen_new * pairs; t += threads) {
     const int i = t / pairs, j = t - i * pairs;
     const int row = first_row + i;  // its storage row, and its rotary position
-    auto source = [&](const detail::SeqTensor& s) {
-      return static_cast<const T*>(s.data) + batch * s.batch_stride + std::int64_t(i) * s.seq_stride +
-             std::int64_t(kv_head) * s.head_stride;
-    };
-    auto target = [&](const void* cache, const detail::SeqTensor& layout) {
-      return static_cast<T*>(const_cast<void*>(cache)) +
-             detail::kv_element(p.kv.pages, layout.batch_stride, layout.seq_stride, layout.head_stride, batch,
-                                kv_batch, row, kv_head);
-    };
-    T* k_row = target(p.k, p.k_layout);
-    T* v_row = target(p.v, p.v_layout);
-    copy_row_pair(a, source(a.k_new), d, d, row, a.rotates(), j, [&](int c, T x) { k_row[c] = x; });
-    copy_row_pair(a, source(a.v_new), d, d, row, false, j, [&](int c, T x) { v_row[c] = x; });
+    T* k_row = cache_row<T>(p.k, p.k_layout, p.kv.pages, batch, kv_batch, row, kv_head);
+    T* v_row = cache_row<T>(p.v, p.v_layout, p.kv.pages, batch, kv_batch, row, kv_head);
+    copy_row_pair(a, new_row<T>(a.k_new, batch, i, kv_head), d, d, row, a.rotates(), j,
+                  [&](int c, T x) { k_row[c] = x; });
+    copy_row_pair(a, new_row<T>(a.v_new, batch, i, kv_head), d, d, row, false, j, [&](int c, T x) { v_row[c] = x; });
   }
 }
 
