@@ -95,10 +95,11 @@ std::vector<KvCase> kv_cases() {
     t.push_back(c);
   }
   // The append + rotary that the sm80 decode kernel does itself (cuda/sm80/fused_append.cuh):
-  // every split of a sequence writes its new rows (forced counts and the heuristic's), query rows
-  // rotated as they load, with and without rotary, a head dim below the kernel width, new rows
-  // that no query sees (they are written all the same); and above kFusedAppendMaxRows (16) new
-  // rows on the decode tile, where the append kernel runs first.
+  // the CTAs of a sequence write the new rows they read, those of its last split all of them
+  // (forced split counts and the heuristic's), query rows rotated as they load, with and without
+  // rotary, a head dim below the kernel width, new rows that no query sees (they are written all
+  // the same); and above kFusedAppendMaxRows (16) new rows on the decode tile, where the append
+  // kernel runs first.
   {
     KvCase c;
     c.name = "append_rotary_gqa4_splits4_causal";
@@ -158,6 +159,23 @@ std::vector<KvCase> kv_cases() {
     c.seqlen_q = 100;
     c.seqlen_new = 8;
     c.rotary_dim = 64;
+    t.push_back(c);
+    // New rows across the two splits' key ranges (tiles of 128 keys up to d = 128, 64 above):
+    // a CTA of the first split writes the new rows among its own keys and reads them back, the
+    // last split's writes all of them.
+    c.name = "append_rotary_rows_across_splits2_causal";
+    c.batch = 3;
+    c.heads_q = 4;
+    c.head_dim = 64;
+    c.cache_rows = 300;
+    c.cache_seqlens = {60, 124, 252};
+    c.seqlen_q = 1;
+    c.seqlen_new = 8;
+    c.rotary_dim = 32;
+    c.num_splits = 2;
+    t.push_back(c);
+    c.name = "append_rotary_rows_across_splits2_hd256_causal";
+    c.head_dim = 256;
     t.push_back(c);
   }
   // Paged rows at head dims below the kernel width, not 16-byte aligned (d = 59: rows move element

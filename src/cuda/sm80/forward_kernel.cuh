@@ -201,12 +201,13 @@ __global__ void __launch_bounds__(Traits::kThreads)
       rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
   constexpr int kRows = decltype(size<0>(score_coords))::value;
 
-  // A KV-cache call's new rows into the cache before any K/V load of this CTA (or its early
-  // return: the rows are written whether this CTA sees them or not), and the rotated queries
-  // into shared memory.
+  // A KV-cache call's new rows into the cache before any K/V load of this CTA (and before its
+  // early return: the last split writes every row), and the rotated queries into shared memory.
   const bool queries_rotated = kFusedAppend && params.fused_append.rotates();
   if constexpr (kFusedAppend) {
-    append_new_rows<Element>(params, blk.batch, blk.seq.kv_batch, kv_head, tid, Traits::kThreads);
+    append_new_rows<Element>(params, blk.batch, blk.seq.kv_batch, kv_head, blk.split == params.num_splits - 1,
+                             blk.seq.offset_k, blk.tiles.begin * kBlockN, blk.tiles.end * kBlockN, tid,
+                             Traits::kThreads);
     if (queries_rotated) {
       load_rotated_queries<Element, kHeadDim>(
           params, blk.batch, blk.rows, sQ,

@@ -3,15 +3,15 @@
 // kFusedAppend), where otherwise a kernel of its own runs before the attention
 // (cuda/kv_append.cu) and the attention waits for that grid to complete.
 //
-// Every CTA of a (sequence, KV head) writes the sequence's new rows into the cache itself, K
-// rotated and V copied, before its first K/V load; the CTAs of a sequence's key splits write the
-// same bytes, and each reads the rows back only after its own writes and a barrier, so no CTA
-// waits for another. Writing them once per split is why only calls of a few new rows take this
-// path (kFusedAppendMaxRows, sm80/forward_heuristics.hpp). Each CTA rotates its own query rows
-// as it moves them into shared memory. Both go through common/rotary.cuh, as the separate kernel
-// does, so the bits are the same either way. What it saves, and the arrangements that measured
-// slower (all those that issue the first K tile's copies before the moves are done among them):
-// docs/kernels/kv-cache.md.
+// Each CTA of a (sequence, KV head) writes the new rows it reads into the cache itself, K rotated
+// and V copied, before its first K/V load, and reads them back only after its own writes and a
+// barrier, so no CTA waits for another; the CTAs of the last key split write all of them (the
+// rows no CTA reads included). CTAs of one split that share a KV head write the same bytes, which
+// is why only calls of a few new rows take this path (kFusedAppendMaxRows,
+// sm80/forward_heuristics.hpp). Each CTA rotates its own query rows as it moves them into shared
+// memory. Both go through common/rotary.cuh, as the separate kernel does, so the bits are the same
+// either way. What it saves, and the arrangements that measured slower (all those that issue the
+// first K tile's copies before the moves are done among them): docs/kernels/kv-cache.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,15 +29,23 @@ namespace flashattn::cuda::sm80 {
 template <class Element>
 using CudaScalar = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, __half, __nv_bfloat16>;
 
-// Writes the new rows [cache_seqlens[batch], + seqlen_new) of one KV head into the cache.
+// Writes new rows [cache_seqlens[batch], + seqlen_new) of one KV head into the cache: all of them
+// in a CTA of the last key split, elsewhere only those inside the CTA's key rows [key_begin,
+// key_end) (storage row = offset_k + key). Every CTA thus writes the rows it reads, and every row
+// is written, also rows no CTA reads (a window may hide them); decoding's other splits skip the
+// moves' round trip before their first K tile.
 template <class Element>
-__device__ void append_new_rows(const ForwardParams& p, int batch, int kv_batch, int kv_head, int tid, int threads) {
+__device__ void append_new_rows(const ForwardParams& p, int batch, int kv_batch, int kv_head, bool last_split,
+                                std::int64_t offset_k, int key_begin, int key_end, int tid, int threads) {
   using T = CudaScalar<Element>;
   const detail::KvAppend& a = p.fused_append;
   if (!a.appends()) return;
   const int d = p.cols.dim, pairs = (d + 1) / 2;
   const int first_row = a.cache_seqlens[batch];
-  for (int t = tid; t < a.seqlen_new * pairs; t += threads) {
+  const int first_key = first_row - int(offset_k);  // new row i is key first_key + i
+  const int i_begin = last_split ? 0 : max(0, key_begin - first_key);
+  const int i_end = last_split ? a.seqlen_new : min(a.seqlen_new, key_end - first_key);
+  for (int t = tid + i_begin * pairs; t < i_end * pairs; t += threads) {
     const int i = t / pairs, j = t - i * pairs;
     const int row = first_row + i;  // its storage row, and its rotary position
     T* k_row = cache_row<T>(p.k, p.k_layout, p.kv.pages, batch, kv_batch, row, kv_head);
