@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   Tensor sVtPlain = make_tensor(sV.data(), get_nonswizzle_portion(typename Traits::SmemLayoutVt{}));
   // Paged: the block_table entries of two key tiles, past the tiles (launched with it only then).
   using Pages = TilePages<kBlockN>;
+  static_assert(Traits::kSmemBytes % 16 == 0);  // the page slots are read with 16-byte loads
   std::int32_t* page_slots = reinterpret_cast<std::int32_t*>(smem_bytes + Traits::kSmemBytes);
 
   // Each thread's 16-byte pieces of a tile, and their (row, column) in the tile.
@@ -334,9 +335,31 @@ __global__ void __launch_bounds__(Traits::kThreads)
                    std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
           });
         };
-        if (page_size == 16 || page_size == kRowStep) {
-          // A thread's rows are kRowStep apart: the same row of successive pages (or every other).
-          const int slot0 = Pages::page_of(params, offset0), step = page_size == 16 ? kRowStep / 16 : 1;
+        if (page_size == kRowStep) {
+          // A thread's rows are one page apart: the same row of successive pages, slots slot0 + m,
+          // slot0 0 or 1 (offset0 < page_size + kRowStep). The set is read with 16-byte loads
+          // before any entry is used: read entry by entry, ptxas fed each read straight into its
+          // row's address before issuing the next, one shared-memory latency per row before the
+          // copies (SASS, d = 128, 2026-11-29; docs/kernels/kv-cache.md).
+          constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
+          static_assert(kThreadRows + 1 <= Pages::kSlots);
+          const typename Pages::Set set = Pages::load_set(pages);
+          const bool next_page = offset0 >= page_size;
+          const int row_in_page = next_page ? offset0 - page_size : offset0;
+          std::uint32_t page[kThreadRows];
+          CUTE_UNROLL
+          for (int m = 0; m < kThreadRows; ++m) {
+            const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+            const std::uint32_t entry = next_page ? set.entry[m + 1] : set.entry[m];
+            page[m] = first_key + row < blk.seq.len_k ? entry : set.entry[0];
+          }
+          load_rows(smem_part, first_key, [&](int m, int, bool) {
+            return seq_base + std::int64_t(page[m]) * layout.batch_stride +
+                   std::int64_t(std::uint32_t(row_in_page)) * seq_stride + kv_col0;
+          });
+        } else if (page_size == 16) {
+          // A thread's rows are kRowStep apart: the same row of every (kRowStep / 16)-th page.
+          const int slot0 = Pages::page_of(params, offset0), step = kRowStep / 16;
           const int row_in_page = offset0 - slot0 * page_size;
           load_paged_rows([&](int m, int) { return make_int2(slot0 + m * step, row_in_page); });
         } else {

@@ -36,7 +36,8 @@ struct TilePageSpan {
 template <int kBlockN>
 struct TilePages {
   static_assert(kBlockN % 16 == 0);
-  static constexpr int kSlots = kBlockN / 16 + 1;  // pages a tile of kBlockN rows can span
+  // Pages a tile of kBlockN rows can span, rounded up to whole 16-byte loads (load_set).
+  static constexpr int kSlots = (kBlockN / 16 + 1 + 3) / 4 * 4;
   // Dynamic shared memory the kernel needs beyond its tiles when K/V are paged (launched with it
   // only then, so contiguous launches keep their residency).
   static constexpr int kSmemBytes = 2 * kSlots * int(sizeof(std::int32_t));
@@ -68,6 +69,24 @@ struct TilePages {
   // Entry i of the tile's pages (fetched, waited for and made visible by a barrier).
   static __device__ const std::int32_t* entries(const std::int32_t* slots, int tile) {
     return slots + (tile & 1) * kSlots;
+  }
+
+  // A whole slot set in registers, read with 16-byte loads issued together (slots past the tile's
+  // pages hold stale entries: select only those of its pages).
+  struct Set {
+    std::uint32_t entry[kSlots];
+  };
+  static __device__ Set load_set(const std::int32_t* entries) {
+    Set set;
+    CUTE_UNROLL
+    for (int i = 0; i < kSlots / 4; ++i) {
+      const uint4 v = reinterpret_cast<const uint4*>(entries)[i];
+      set.entry[4 * i] = v.x;
+      set.entry[4 * i + 1] = v.y;
+      set.entry[4 * i + 2] = v.z;
+      set.entry[4 * i + 3] = v.w;
+    }
+    return set;
   }
 };
 
