@@ -316,13 +316,16 @@ __global__ void __launch_bounds__(Traits::kThreads)
         first_piece = seq_base + std::int64_t(std::uint32_t(pages[0])) * layout.batch_stride +
                       offset0 * seq_stride + kv_col0;
       } else {
+        // Each page-size case only finds the pages of the thread's rows (page[m], row_in_page[m]);
+        // one load_rows issues the copies for all of them (ptxas predicates the cases into one
+        // stream, which with a load_rows each issued every case's copies; docs/kernels/kv-cache.md).
+        constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
+        std::uint32_t page[kThreadRows];
+        int row_in_page[kThreadRows];
         // locate(m, row) -> {slot, row within the page} of the thread's m-th row. The page
         // entries are all read before the first copy: a shared-memory read after a cp.async waits
         // for it to issue (SASS: each row's read, then its copies, in turn).
-        auto load_paged_rows = [&](auto&& locate) {
-          constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
-          std::uint32_t page[kThreadRows];
-          int row_in_page[kThreadRows];
+        auto read_pages = [&](auto&& locate) {
           CUTE_UNROLL
           for (int m = 0; m < kThreadRows; ++m) {
             const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
@@ -330,10 +333,6 @@ __global__ void __launch_bounds__(Traits::kThreads)
             page[m] = std::uint32_t(pages[first_key + row < blk.seq.len_k ? at.x : 0]);
             row_in_page[m] = at.y;
           }
-          load_rows(smem_part, first_key, [&](int m, int, bool) {
-            return seq_base + std::int64_t(page[m]) * layout.batch_stride +
-                   std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
-          });
         };
         if (page_size == kRowStep) {
           // A thread's rows are one page apart: the same row of successive pages, slots slot0 + m,
@@ -341,33 +340,30 @@ __global__ void __launch_bounds__(Traits::kThreads)
           // before any entry is used: read entry by entry, ptxas fed each read straight into its
           // row's address before issuing the next, one shared-memory latency per row before the
           // copies (SASS, d = 128, 2026-11-29; docs/kernels/kv-cache.md).
-          constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
           static_assert(kThreadRows + 1 <= Pages::kSlots);
           const typename Pages::Set set = Pages::load_set(pages);
           const bool next_page = offset0 >= page_size;
-          const int row_in_page = next_page ? offset0 - page_size : offset0;
-          std::uint32_t page[kThreadRows];
           CUTE_UNROLL
           for (int m = 0; m < kThreadRows; ++m) {
             const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
             const std::uint32_t entry = next_page ? set.entry[m + 1] : set.entry[m];
             page[m] = first_key + row < blk.seq.len_k ? entry : set.entry[0];
+            row_in_page[m] = next_page ? offset0 - page_size : offset0;
           }
-          load_rows(smem_part, first_key, [&](int m, int, bool) {
-            return seq_base + std::int64_t(page[m]) * layout.batch_stride +
-                   std::int64_t(std::uint32_t(row_in_page)) * seq_stride + kv_col0;
-          });
-        } else if (page_size == 16) {
+        } else if (kRowStep != 16 && page_size == 16) {
           // A thread's rows are kRowStep apart: the same row of every (kRowStep / 16)-th page.
           const int slot0 = Pages::page_of(params, offset0), step = kRowStep / 16;
-          const int row_in_page = offset0 - slot0 * page_size;
-          load_paged_rows([&](int m, int) { return make_int2(slot0 + m * step, row_in_page); });
+          read_pages([&](int m, int) { return make_int2(slot0 + m * step, offset0 - slot0 * page_size); });
         } else {
-          load_paged_rows([&](int, int row) {
+          read_pages([&](int, int row) {
             const int slot = Pages::page_of(params, offset0 + row);
             return make_int2(slot, offset0 + row - slot * page_size);
           });
         }
+        load_rows(smem_part, first_key, [&](int m, int, bool) {
+          return seq_base + std::int64_t(page[m]) * layout.batch_stride +
+                 std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
+        });
         return;
       }
     }
