@@ -1,12 +1,12 @@
 """Paged decoding against how the pool's pages lie, in ONE process on one GPU: each sequence's
-pages taken from the pool in runs of R consecutive pages, the runs in a random order (R = 1 is an
-allocator that scatters every page; R = all, a sequence's pages in order). Batch 8, 32 query heads
+pages taken from the pool in stretches of R consecutive pages, the stretches in a random order (R = 1 is
+an allocator that scatters every page; in order: a sequence's pages one after another). Batch 8, 32 query heads
 over 8 KV heads, d = 128, bf16, one query, through flashattn.forward_kvcache (the kernels, without
 flash_attn_with_kvcache's bounds check), against our contiguous cache and SDPA's cuDNN backend on
 it. TB/s = K+V bytes / time (do_bench medians of --rounds interleaved rounds); every output is
 checked against the contiguous result.
 
-Usage: python decode_page_runs.py [--lens 16384,65536,131072] [--rounds 3] [--json out.json]
+Usage: python decode_page_stretches.py [--lens 16384,65536,131072] [--rounds 3] [--json out.json]
 """
 import argparse
 import json
@@ -20,17 +20,17 @@ import flashattn
 from decode_split_count import ms, paged_copy  # the same timing and pool copy
 
 B, HQ, HK, D = 8, 32, 8, 128
-RUNS = {16: [1, 2, 4, 8, 16, 0], 256: [1, 0]}  # pages per run; 0: every sequence's pages in order
+STRETCHES = {16: [1, 2, 4, 8, 16, 0], 256: [1, 0]}  # pages per stretch; 0: every sequence's pages in order
 
 
-def pool_order(pages, run):
-    """Pool position of each logical page (sequences one after another): runs of `run` consecutive
-    pool pages in a random order; run 0 keeps the order."""
-    if run == 0:
+def pool_order(pages, stretch):
+    """Pool position of each logical page (sequences one after another): stretches of `stretch`
+    consecutive pool pages in a random order; stretch 0 keeps the order."""
+    if stretch == 0:
         return torch.arange(pages, device="cuda")
-    runs = torch.randperm(pages // run, device="cuda")
+    order = torch.randperm(pages // stretch, device="cuda")
     i = torch.arange(pages, device="cuda")
-    return runs[i // run] * run + i % run
+    return order[i // stretch] * stretch + i % stretch
 
 
 def main():
@@ -48,10 +48,10 @@ def main():
         out, ref = torch.empty_like(q), torch.empty_like(q)
         flashattn.forward_kvcache(q, k, v, ref, cache_seqlens=seqlens)
         caches = {"contiguous": (k, v, None)}
-        for page, runs in RUNS.items():
-            for run in runs:
-                order = pool_order(B * (nk // page), run)
-                caches[f"page{page}_run{run or 'all'}"] = (paged_copy(k, page, order), paged_copy(v, page, order),
+        for page, stretches in STRETCHES.items():
+            for stretch in stretches:
+                order = pool_order(B * (nk // page), stretch)
+                caches[f"page{page}_" + (f"stretch{stretch}" if stretch else "in_order")] = (paged_copy(k, page, order), paged_copy(v, page, order),
                                                           order.reshape(B, -1).to(torch.int32))
         timers = {}
         for name, (kc, vc, table) in caches.items():
@@ -82,7 +82,7 @@ def main():
     if args.json:
         info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": "bf16",
                 "batch": B, "heads_q": HQ, "heads_kv": HK, "head_dim": D, "rounds": args.rounds}
-        json.dump({"info": info, "page_runs": results}, open(args.json, "w"), indent=1)
+        json.dump({"info": info, "page_stretches": results}, open(args.json, "w"), indent=1)
 
 
 if __name__ == "__main__":
