@@ -288,92 +288,141 @@ __global__ void __launch_bounds__(Traits::kThreads)
       }
     }
   };
-  // Paged rows: where the O accumulator leaves room (<= 64 floats a thread: the decode tiles up to
-  // d = 128), a tile within one page runs the contiguous loop, pages of a thread's row step skip
-  // the division, and the page entries are read before the copies; elsewhere (the prefill tiles,
-  // which spill already) one path, row by row, keeps the registers those variants would take.
-  constexpr bool kPagedFastPaths = kBlockM * kHeadDim / Traits::kThreads <= 64;
-  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile) {
+  // Rows located ahead: where the O accumulator leaves room (<= 64 floats a thread: the decode
+  // tiles up to d = 128), the addresses of a thread's rows of a K/V tile, paged or not, are found
+  // before the wait that precedes the tile's copies (locate_rows), so that after the barrier only
+  // the copies remain: the decode kernel keeps one tile in flight per CTA, and its next copies
+  // wait for whatever stands between the barrier and them (docs/kernels/kv-cache.md). Paged, a
+  // tile within one page runs as contiguous rows, pages of a thread's row step skip the division,
+  // and the page entries are read before any is used. Elsewhere (the prefill tiles, which spill
+  // already) rows are found after the barrier, paged ones one by one, which keeps the registers
+  // those variants would take.
+  constexpr bool kRowsAhead = kBlockM * kHeadDim / Traits::kThreads <= 64;
+  constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
+  struct TileRows {
+    const Element* row[kThreadRows];
+  };
+  // The thread's rows of K/V tile `tile` through its pages, whose entries must be visible (fetched
+  // with K(tile + 1) or before the loop, sm80/paged_tiles.cuh). Rows past the sequence are
+  // zero-filled; their (unused) address is the head's first row, or one in the tile's first page.
+  auto locate_paged_rows = [&](const Element* seq_base, const detail::SeqTensor& layout, int tile) {
+    TileRows rows{};
     const std::int64_t seq_stride = layout.seq_stride;
     const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
-    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
+    const TilePageSpan span = Pages::span(params, first_row, blk.seq.len_k, tile);
+    const std::int32_t* pages = Pages::entries(page_slots, tile);
+    const int page_size = params.kv.pages.page_size;
+    // The thread's first row, counted from the start of the tile's first page.
+    const int offset0 = first_row + first_key - span.page0 * page_size;
+    if (span.pages == 1) {  // one page (pages of >= kBlockN rows, mostly): rows as contiguous
+      const Element* first_piece =
+          seq_base + std::int64_t(std::uint32_t(pages[0])) * layout.batch_stride + offset0 * seq_stride + kv_col0;
+      CUTE_UNROLL
+      for (int m = 0; m < kThreadRows; ++m) {
+        const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+        rows.row[m] = first_key + row < blk.seq.len_k ? first_piece + row * seq_stride : seq_base;
+      }
+      return rows;
+    }
+    // Each page-size case only finds the pages of the thread's rows (page[m], row_in_page[m]).
+    std::uint32_t page[kThreadRows];
+    int row_in_page[kThreadRows];
+    // locate(m, row) -> {slot, row within the page} of the thread's m-th row. The page entries are
+    // all read before the first is used.
+    auto read_pages = [&](auto&& locate) {
+      CUTE_UNROLL
+      for (int m = 0; m < kThreadRows; ++m) {
+        const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+        const int2 at = locate(m, row);
+        page[m] = std::uint32_t(pages[first_key + row < blk.seq.len_k ? at.x : 0]);
+        row_in_page[m] = at.y;
+      }
+    };
+    if (page_size == kRowStep) {
+      // A thread's rows are one page apart: the same row of successive pages, slots slot0 + m,
+      // slot0 0 or 1 (offset0 < page_size + kRowStep). The set is read with 16-byte loads
+      // before any entry is used: read entry by entry, ptxas fed each read straight into its
+      // row's address before issuing the next (SASS, d = 128, 2026-11-29; docs/kernels/kv-cache.md).
+      static_assert(kThreadRows + 1 <= Pages::kSlots);
+      const typename Pages::Set set = Pages::load_set(pages);
+      const bool next_page = offset0 >= page_size;
+      CUTE_UNROLL
+      for (int m = 0; m < kThreadRows; ++m) {
+        const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+        const std::uint32_t entry = next_page ? set.entry[m + 1] : set.entry[m];
+        page[m] = first_key + row < blk.seq.len_k ? entry : set.entry[0];
+        row_in_page[m] = next_page ? offset0 - page_size : offset0;
+      }
+    } else if (kRowStep != 16 && page_size == 16) {
+      // A thread's rows are kRowStep apart: the same row of every (kRowStep / 16)-th page.
+      const int slot0 = Pages::page_of(params, offset0), step = kRowStep / 16;
+      read_pages([&](int m, int) { return make_int2(slot0 + m * step, offset0 - slot0 * page_size); });
+    } else {
+      read_pages([&](int, int row) {
+        const int slot = Pages::page_of(params, offset0 + row);
+        return make_int2(slot, offset0 + row - slot * page_size);
+      });
+    }
+    CUTE_UNROLL
+    for (int m = 0; m < kThreadRows; ++m)
+      rows.row[m] = seq_base + std::int64_t(page[m]) * layout.batch_stride +
+                    std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
+    return rows;
+  };
+  // The decode tiles' row addresses of a tile about to be issued, found before the wait that
+  // precedes its copies (contiguous rows too: ~190 instructions of 64-bit row addresses stood
+  // between the barrier and the first copy; SASS, 2026-11-29). Nothing for the prefill tiles.
+  auto locate_rows = [&](const Element* seq_base, const detail::SeqTensor& layout, int tile) {
+    TileRows rows{};
+    if constexpr (kRowsAhead) {
+      if (params.kv.paged()) return locate_paged_rows(seq_base, layout, tile);
+      const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
+      const Element* first_piece = seq_base + first_key * layout.seq_stride + kv_col0;
+      CUTE_UNROLL
+      for (int m = 0; m < kThreadRows; ++m) {
+        const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+        rows.row[m] = first_key + row < blk.seq.len_k ? first_piece + row * layout.seq_stride : seq_base;
+      }
+    }
+    return rows;
+  };
+  // Issues the thread's copies of K/V tile `tile`: the decode tiles' at the rows locate_rows found.
+  auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile,
+                          [[maybe_unused]] const TileRows& located) {
+    const std::int64_t seq_stride = layout.seq_stride;
+    const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
+    if constexpr (kRowsAhead) {
+      load_rows(smem_part, first_key, [&](int m, int, bool) { return located.row[m]; });
+      return;
+    }
     if (params.kv.paged()) {
-      // Rows through the tile's pages, fetched one tile ahead (sm80/paged_tiles.cuh). Rows past
-      // the sequence are zero-filled; their (unused) address is taken in the tile's first page.
+      // Row by row through the tile's pages. Rows past the sequence are zero-filled; their
+      // (unused) address is taken in the tile's first page.
       const TilePageSpan span = Pages::span(params, first_row, blk.seq.len_k, tile);
       const std::int32_t* pages = Pages::entries(page_slots, tile);
       const int page_size = params.kv.pages.page_size;
-      // The thread's first row, counted from the start of the tile's first page.
       const int offset0 = first_row + first_key - span.page0 * page_size;
-      if constexpr (!kPagedFastPaths) {
-        load_rows(smem_part, first_key, [&](int, int row, bool valid) {
-          const int slot = Pages::page_of(params, offset0 + row);
-          return seq_base + std::int64_t(std::uint32_t(pages[valid ? slot : 0])) * layout.batch_stride +
-                 std::int64_t(std::uint32_t(offset0 + row - slot * page_size)) * seq_stride + kv_col0;
-        });
-        return;
-      } else if (span.pages == 1) {  // one page (pages of >= kBlockN rows, mostly): rows as contiguous
-        first_piece = seq_base + std::int64_t(std::uint32_t(pages[0])) * layout.batch_stride +
-                      offset0 * seq_stride + kv_col0;
-      } else {
-        // Each page-size case only finds the pages of the thread's rows (page[m], row_in_page[m]);
-        // one load_rows issues the copies for all of them (ptxas predicates the cases into one
-        // stream, which with a load_rows each issued every case's copies; docs/kernels/kv-cache.md).
-        constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
-        std::uint32_t page[kThreadRows];
-        int row_in_page[kThreadRows];
-        // locate(m, row) -> {slot, row within the page} of the thread's m-th row. The page
-        // entries are all read before the first copy: a shared-memory read after a cp.async waits
-        // for it to issue (SASS: each row's read, then its copies, in turn).
-        auto read_pages = [&](auto&& locate) {
-          CUTE_UNROLL
-          for (int m = 0; m < kThreadRows; ++m) {
-            const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
-            const int2 at = locate(m, row);
-            page[m] = std::uint32_t(pages[first_key + row < blk.seq.len_k ? at.x : 0]);
-            row_in_page[m] = at.y;
-          }
-        };
-        if (page_size == kRowStep) {
-          // A thread's rows are one page apart: the same row of successive pages, slots slot0 + m,
-          // slot0 0 or 1 (offset0 < page_size + kRowStep). The set is read with 16-byte loads
-          // before any entry is used: read entry by entry, ptxas fed each read straight into its
-          // row's address before issuing the next, one shared-memory latency per row before the
-          // copies (SASS, d = 128, 2026-11-29; docs/kernels/kv-cache.md).
-          static_assert(kThreadRows + 1 <= Pages::kSlots);
-          const typename Pages::Set set = Pages::load_set(pages);
-          const bool next_page = offset0 >= page_size;
-          CUTE_UNROLL
-          for (int m = 0; m < kThreadRows; ++m) {
-            const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
-            const std::uint32_t entry = next_page ? set.entry[m + 1] : set.entry[m];
-            page[m] = first_key + row < blk.seq.len_k ? entry : set.entry[0];
-            row_in_page[m] = next_page ? offset0 - page_size : offset0;
-          }
-        } else if (kRowStep != 16 && page_size == 16) {
-          // A thread's rows are kRowStep apart: the same row of every (kRowStep / 16)-th page.
-          const int slot0 = Pages::page_of(params, offset0), step = kRowStep / 16;
-          read_pages([&](int m, int) { return make_int2(slot0 + m * step, offset0 - slot0 * page_size); });
-        } else {
-          read_pages([&](int, int row) {
-            const int slot = Pages::page_of(params, offset0 + row);
-            return make_int2(slot, offset0 + row - slot * page_size);
-          });
-        }
-        load_rows(smem_part, first_key, [&](int m, int, bool) {
-          return seq_base + std::int64_t(page[m]) * layout.batch_stride +
-                 std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
-        });
-        return;
-      }
+      load_rows(smem_part, first_key, [&](int, int row, bool valid) {
+        const int slot = Pages::page_of(params, offset0 + row);
+        return seq_base + std::int64_t(std::uint32_t(pages[valid ? slot : 0])) * layout.batch_stride +
+               std::int64_t(std::uint32_t(offset0 + row - slot * page_size)) * seq_stride + kv_col0;
+      });
+      return;
     }
     // A thread's pieces of a K/V tile lie at fixed offsets from its first one (rows a fixed step
     // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
     // that the copy takes as an immediate. Computing every piece's address from its (row, column)
     // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
     // (docs/log/sm80-forward.md, 2026-11-26: K/V tile addresses).
+    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
     load_rows(smem_part, first_key,
               [&](int, int row, bool valid) { return valid ? first_piece + row * seq_stride : seq_base; });
+  };
+  // block_table entries of tile `tile` - 1, fetched with K(tile)'s copies (sm80/paged_tiles.cuh).
+  auto fetch_pages_before = [&](int tile) {
+    if (params.kv.paged() && tile > blk.tiles.begin)
+      Pages::fetch(params, page_slots, blk.batch, Pages::span(params, first_row, blk.seq.len_k, tile - 1), tile - 1,
+                   tid);
   };
 
   // ---- register fragments and shared -> register copies -------------------------------------
@@ -407,7 +456,9 @@ __global__ void __launch_bounds__(Traits::kThreads)
     cp_async_wait_committed();
     __syncthreads();
   }
-  load_kv_tile(tKsK, k_seq, params.k_layout, blk.tiles.end - 1);
+  load_kv_tile(tKsK, k_seq, params.k_layout, blk.tiles.end - 1,
+               locate_rows(k_seq, params.k_layout, blk.tiles.end - 1));
+  fetch_pages_before(blk.tiles.end - 1);
   cp_async_commit();
   OnlineSoftmax<kRows> softmax;
   [[maybe_unused]] DropoutStream dropout_rng;
@@ -418,12 +469,10 @@ __global__ void __launch_bounds__(Traits::kThreads)
   for (int tile = blk.tiles.end - 1; tile >= blk.tiles.begin; --tile) {
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
-    cp_async_wait<0>();  // K(tile) (and Q) landed
+    const TileRows v_rows = locate_rows(v_seq, params.v_layout, tile);  // while K(tile) is in flight
+    cp_async_wait<0>();  // K(tile) (and Q, and the pages of tile - 1) landed
     __syncthreads();     // ...for every thread, and every warp is done reading V(tile + 1)
-    load_kv_tile(tVsV, v_seq, params.v_layout, tile);
-    if (params.kv.paged() && tile > blk.tiles.begin)  // the next tile's pages land with V(tile)
-      Pages::fetch(params, page_slots, blk.batch, Pages::span(params, first_row, blk.seq.len_k, tile - 1), tile - 1,
-                   tid);
+    load_kv_tile(tVsV, v_seq, params.v_layout, tile, v_rows);
     cp_async_commit();
 
     Tensor scores = rowcol_view(acc_s);
@@ -466,10 +515,13 @@ __global__ void __launch_bounds__(Traits::kThreads)
       }
     }
 
+    TileRows k_rows{};
+    if (tile > blk.tiles.begin) k_rows = locate_rows(k_seq, params.k_layout, tile - 1);  // while V(tile) is in flight
     cp_async_wait<0>();  // V(tile) landed
     __syncthreads();     // ...for every thread, and every warp is done reading K(tile)
     if (tile > blk.tiles.begin) {
-      load_kv_tile(tKsK, k_seq, params.k_layout, tile - 1);
+      load_kv_tile(tKsK, k_seq, params.k_layout, tile - 1, k_rows);
+      fetch_pages_before(tile - 1);
       cp_async_commit();
     }
 
