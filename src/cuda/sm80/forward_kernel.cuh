@@ -288,53 +288,59 @@ __global__ void __launch_bounds__(Traits::kThreads)
       }
     }
   };
-  // Rows located ahead: where the O accumulator leaves room (<= 64 floats a thread: the decode
-  // tiles up to d = 128), the addresses of a thread's rows of a K/V tile, paged or not, are found
-  // before the wait that precedes the tile's copies (locate_rows), so that after the barrier only
-  // the copies remain: the decode kernel keeps one tile in flight per CTA, and its next copies
-  // wait for whatever stands between the barrier and them (docs/kernels/kv-cache.md). Paged, a
-  // tile within one page runs as contiguous rows, pages of a thread's row step skip the division,
-  // and the page entries are read before any is used. Elsewhere (the prefill tiles, which spill
-  // already) rows are found after the barrier, paged ones one by one, which keeps the registers
-  // those variants would take.
-  constexpr bool kRowsAhead = kBlockM * kHeadDim / Traits::kThreads <= 64;
+  // Where the O accumulator leaves room (<= 64 floats a thread: the decode tiles up to d = 128,
+  // the prefill tiles up to 64), paged rows take the fast paths of locate_paged_rows: a tile within
+  // one page runs as contiguous rows, pages of a thread's row step skip the division, and the page
+  // entries are read before any is used. Elsewhere (the prefill tiles from d = 128, which spill
+  // already) they are found one by one, which keeps the registers those paths would take.
+  constexpr bool kPagedFastPaths = kBlockM * kHeadDim / Traits::kThreads <= 64;
+  // Rows located ahead (the decode tiles, bandwidth-bound): the addresses of a thread's rows of a
+  // K/V tile, paged or not, are found before the wait that precedes the tile's copies (locate_rows),
+  // so that after the barrier only the copies remain: the kernel keeps one tile in flight per CTA,
+  // and its next copies wait for whatever stands between the barrier and them
+  // (docs/kernels/kv-cache.md). The prefill tiles find them after the barrier, with the loader code
+  // they had before: at d = 64 (where they take the paged fast paths) a restructured loader made the
+  // compute-bound prefill 3-5% slower, with the rows found ahead or after the barrier alike (H200,
+  // 2026-11-29; its SASS differed in ~700 of ~7100 instructions).
+  constexpr bool kRowsAhead = kPagedFastPaths && kBlockM == 64;
   constexpr int kThreadRows = decltype(size<1>(tKVc))::value;
   struct TileRows {
     const Element* row[kThreadRows];
   };
-  // The thread's rows of K/V tile `tile` through its pages, whose entries must be visible (fetched
-  // with K(tile + 1) or before the loop, sm80/paged_tiles.cuh). Rows past the sequence are
-  // zero-filled; their (unused) address is the head's first row, or one in the tile's first page.
-  auto locate_paged_rows = [&](const Element* seq_base, const detail::SeqTensor& layout, int tile) {
-    TileRows rows{};
-    const std::int64_t seq_stride = layout.seq_stride;
-    const int first_key = tile * kBlockN + kv_row0;  // this thread's first row of the tile
-    const TilePageSpan span = Pages::span(params, first_row, blk.seq.len_k, tile);
-    const std::int32_t* pages = Pages::entries(page_slots, tile);
+  // A paged K/V tile: its pages' entries (which must be visible: fetched a tile ahead or before the
+  // loop, sm80/paged_tiles.cuh) and the thread's first row counted from the start of its first page.
+  struct PagedTile {
+    TilePageSpan span;
+    const std::int32_t* pages;
+    int first_key;  // this thread's first row of the tile
+    int offset0;
+  };
+  auto paged_tile = [&](int tile) {
+    PagedTile t;
+    t.first_key = tile * kBlockN + kv_row0;
+    t.span = Pages::span(params, first_row, blk.seq.len_k, tile);
+    t.pages = Pages::entries(page_slots, tile);
+    t.offset0 = first_row + t.first_key - t.span.page0 * params.kv.pages.page_size;
+    return t;
+  };
+  // A tile within one page (pages of >= kBlockN rows, mostly): its rows run as contiguous ones
+  // from this thread's first piece.
+  auto one_page_first_piece = [&](const Element* seq_base, const detail::SeqTensor& layout, const PagedTile& t) {
+    return seq_base + std::int64_t(std::uint32_t(t.pages[0])) * layout.batch_stride + t.offset0 * layout.seq_stride +
+           kv_col0;
+  };
+  // The tile's other cases: the page (page[m]) and row within it (row_in_page[m]) of each of the
+  // thread's rows; rows past the sequence take the tile's first page. Each page-size case only finds
+  // the pages; the page entries are all read before the first is used.
+  auto find_pages = [&](const PagedTile& t, std::uint32_t (&page)[kThreadRows], int (&row_in_page)[kThreadRows]) {
     const int page_size = params.kv.pages.page_size;
-    // The thread's first row, counted from the start of the tile's first page.
-    const int offset0 = first_row + first_key - span.page0 * page_size;
-    if (span.pages == 1) {  // one page (pages of >= kBlockN rows, mostly): rows as contiguous
-      const Element* first_piece =
-          seq_base + std::int64_t(std::uint32_t(pages[0])) * layout.batch_stride + offset0 * seq_stride + kv_col0;
-      CUTE_UNROLL
-      for (int m = 0; m < kThreadRows; ++m) {
-        const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
-        rows.row[m] = first_key + row < blk.seq.len_k ? first_piece + row * seq_stride : seq_base;
-      }
-      return rows;
-    }
-    // Each page-size case only finds the pages of the thread's rows (page[m], row_in_page[m]).
-    std::uint32_t page[kThreadRows];
-    int row_in_page[kThreadRows];
-    // locate(m, row) -> {slot, row within the page} of the thread's m-th row. The page entries are
-    // all read before the first is used.
+    // locate(m, row) -> {slot, row within the page} of the thread's m-th row.
     auto read_pages = [&](auto&& locate) {
       CUTE_UNROLL
       for (int m = 0; m < kThreadRows; ++m) {
         const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
         const int2 at = locate(m, row);
-        page[m] = std::uint32_t(pages[first_key + row < blk.seq.len_k ? at.x : 0]);
+        page[m] = std::uint32_t(t.pages[t.first_key + row < blk.seq.len_k ? at.x : 0]);
         row_in_page[m] = at.y;
       }
     };
@@ -344,29 +350,51 @@ __global__ void __launch_bounds__(Traits::kThreads)
       // before any entry is used: read entry by entry, ptxas fed each read straight into its
       // row's address before issuing the next (SASS, d = 128, 2026-11-29; docs/kernels/kv-cache.md).
       static_assert(kThreadRows + 1 <= Pages::kSlots);
-      const typename Pages::Set set = Pages::load_set(pages);
-      const bool next_page = offset0 >= page_size;
+      const typename Pages::Set set = Pages::load_set(t.pages);
+      const bool next_page = t.offset0 >= page_size;
       CUTE_UNROLL
       for (int m = 0; m < kThreadRows; ++m) {
         const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
         const std::uint32_t entry = next_page ? set.entry[m + 1] : set.entry[m];
-        page[m] = first_key + row < blk.seq.len_k ? entry : set.entry[0];
-        row_in_page[m] = next_page ? offset0 - page_size : offset0;
+        page[m] = t.first_key + row < blk.seq.len_k ? entry : set.entry[0];
+        row_in_page[m] = next_page ? t.offset0 - page_size : t.offset0;
       }
     } else if (kRowStep != 16 && page_size == 16) {
       // A thread's rows are kRowStep apart: the same row of every (kRowStep / 16)-th page.
-      const int slot0 = Pages::page_of(params, offset0), step = kRowStep / 16;
-      read_pages([&](int m, int) { return make_int2(slot0 + m * step, offset0 - slot0 * page_size); });
+      const int slot0 = Pages::page_of(params, t.offset0), step = kRowStep / 16;
+      read_pages([&](int m, int) { return make_int2(slot0 + m * step, t.offset0 - slot0 * page_size); });
     } else {
       read_pages([&](int, int row) {
-        const int slot = Pages::page_of(params, offset0 + row);
-        return make_int2(slot, offset0 + row - slot * page_size);
+        const int slot = Pages::page_of(params, t.offset0 + row);
+        return make_int2(slot, t.offset0 + row - slot * page_size);
       });
     }
+  };
+  auto page_row = [&](const Element* seq_base, const detail::SeqTensor& layout, std::uint32_t page, int row_in_page) {
+    return seq_base + std::int64_t(page) * layout.batch_stride +
+           std::int64_t(std::uint32_t(row_in_page)) * layout.seq_stride + kv_col0;
+  };
+  // Rows as contiguous ones from a first piece; rows past the sequence take the head's first row.
+  auto contiguous_row = [&](const Element* first_piece, const Element* seq_base, std::int64_t seq_stride, int row,
+                            bool valid) { return valid ? first_piece + row * seq_stride : seq_base; };
+  // The thread's rows of K/V tile `tile` through its pages (the decode tiles, ahead of the wait).
+  auto locate_paged_rows = [&](const Element* seq_base, const detail::SeqTensor& layout, int tile) {
+    TileRows rows;
+    const PagedTile t = paged_tile(tile);
+    if (t.span.pages == 1) {
+      const Element* first_piece = one_page_first_piece(seq_base, layout, t);
+      CUTE_UNROLL
+      for (int m = 0; m < kThreadRows; ++m) {
+        const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
+        rows.row[m] = contiguous_row(first_piece, seq_base, layout.seq_stride, row, t.first_key + row < blk.seq.len_k);
+      }
+      return rows;
+    }
+    std::uint32_t page[kThreadRows];
+    int row_in_page[kThreadRows];
+    find_pages(t, page, row_in_page);
     CUTE_UNROLL
-    for (int m = 0; m < kThreadRows; ++m)
-      rows.row[m] = seq_base + std::int64_t(page[m]) * layout.batch_stride +
-                    std::int64_t(std::uint32_t(row_in_page[m])) * seq_stride + kv_col0;
+    for (int m = 0; m < kThreadRows; ++m) rows.row[m] = page_row(seq_base, layout, page[m], row_in_page[m]);
     return rows;
   };
   // The decode tiles' row addresses of a tile about to be issued, found before the wait that
@@ -381,12 +409,13 @@ __global__ void __launch_bounds__(Traits::kThreads)
       CUTE_UNROLL
       for (int m = 0; m < kThreadRows; ++m) {
         const int row = get<0>(tKVc(0, m, 0)) - kv_row0;  // compile-time
-        rows.row[m] = first_key + row < blk.seq.len_k ? first_piece + row * layout.seq_stride : seq_base;
+        rows.row[m] = contiguous_row(first_piece, seq_base, layout.seq_stride, row, first_key + row < blk.seq.len_k);
       }
     }
     return rows;
   };
-  // Issues the thread's copies of K/V tile `tile`: the decode tiles' at the rows locate_rows found.
+  // Issues the thread's copies of K/V tile `tile`: the decode tiles' at the rows locate_rows found,
+  // the prefill tiles' found here.
   auto load_kv_tile = [&](auto& smem_part, const Element* seq_base, const detail::SeqTensor& layout, int tile,
                           [[maybe_unused]] const TileRows& located) {
     const std::int64_t seq_stride = layout.seq_stride;
@@ -395,30 +424,43 @@ __global__ void __launch_bounds__(Traits::kThreads)
       load_rows(smem_part, first_key, [&](int m, int, bool) { return located.row[m]; });
       return;
     }
+    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
     if (params.kv.paged()) {
-      // Row by row through the tile's pages. Rows past the sequence are zero-filled; their
-      // (unused) address is taken in the tile's first page.
+      // Rows through the tile's pages, fetched one tile ahead (sm80/paged_tiles.cuh). Rows past
+      // the sequence are zero-filled; their (unused) address is taken in the tile's first page.
       const TilePageSpan span = Pages::span(params, first_row, blk.seq.len_k, tile);
       const std::int32_t* pages = Pages::entries(page_slots, tile);
       const int page_size = params.kv.pages.page_size;
+      // The thread's first row, counted from the start of the tile's first page.
       const int offset0 = first_row + first_key - span.page0 * page_size;
-      load_rows(smem_part, first_key, [&](int, int row, bool valid) {
-        const int slot = Pages::page_of(params, offset0 + row);
-        return seq_base + std::int64_t(std::uint32_t(pages[valid ? slot : 0])) * layout.batch_stride +
-               std::int64_t(std::uint32_t(offset0 + row - slot * page_size)) * seq_stride + kv_col0;
-      });
-      return;
+      if constexpr (!kPagedFastPaths) {
+        load_rows(smem_part, first_key, [&](int, int row, bool valid) {
+          const int slot = Pages::page_of(params, offset0 + row);
+          return seq_base + std::int64_t(std::uint32_t(pages[valid ? slot : 0])) * layout.batch_stride +
+                 std::int64_t(std::uint32_t(offset0 + row - slot * page_size)) * seq_stride + kv_col0;
+        });
+        return;
+      } else if (span.pages == 1) {  // rows as contiguous, from the page's first piece
+        first_piece = one_page_first_piece(seq_base, layout, PagedTile{span, pages, first_key, offset0});
+      } else {
+        std::uint32_t page[kThreadRows];
+        int row_in_page[kThreadRows];
+        find_pages(PagedTile{span, pages, first_key, offset0}, page, row_in_page);
+        load_rows(smem_part, first_key,
+                  [&](int m, int, bool) { return page_row(seq_base, layout, page[m], row_in_page[m]); });
+        return;
+      }
     }
     // A thread's pieces of a K/V tile lie at fixed offsets from its first one (rows a fixed step
     // apart, columns kSmemRowElems apart): one pointer per tile, and per piece a constant offset
     // that the copy takes as an immediate. Computing every piece's address from its (row, column)
     // cost ~4 instructions a piece at every tile, between the barrier and the GEMMs
     // (docs/log/sm80-forward.md, 2026-11-26: K/V tile addresses).
-    const Element* first_piece = seq_base + first_key * seq_stride + kv_col0;
     load_rows(smem_part, first_key,
               [&](int, int row, bool valid) { return valid ? first_piece + row * seq_stride : seq_base; });
   };
-  // block_table entries of tile `tile` - 1, fetched with K(tile)'s copies (sm80/paged_tiles.cuh).
+  // block_table entries of tile `tile` - 1, fetched with K(tile)'s copies in the decode tiles,
+  // with V(tile)'s in the prefill tiles (sm80/paged_tiles.cuh).
   auto fetch_pages_before = [&](int tile) {
     if (params.kv.paged() && tile > blk.tiles.begin)
       Pages::fetch(params, page_slots, blk.batch, Pages::span(params, first_row, blk.seq.len_k, tile - 1), tile - 1,
@@ -458,7 +500,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   }
   load_kv_tile(tKsK, k_seq, params.k_layout, blk.tiles.end - 1,
                locate_rows(k_seq, params.k_layout, blk.tiles.end - 1));
-  fetch_pages_before(blk.tiles.end - 1);
+  if constexpr (kRowsAhead) fetch_pages_before(blk.tiles.end - 1);
   cp_async_commit();
   OnlineSoftmax<kRows> softmax;
   [[maybe_unused]] DropoutStream dropout_rng;
@@ -473,6 +515,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     cp_async_wait<0>();  // K(tile) (and Q, and the pages of tile - 1) landed
     __syncthreads();     // ...for every thread, and every warp is done reading V(tile + 1)
     load_kv_tile(tVsV, v_seq, params.v_layout, tile, v_rows);
+    if constexpr (!kRowsAhead) fetch_pages_before(tile);
     cp_async_commit();
 
     Tensor scores = rowcol_view(acc_s);
@@ -521,7 +564,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
     __syncthreads();     // ...for every thread, and every warp is done reading K(tile)
     if (tile > blk.tiles.begin) {
       load_kv_tile(tKsK, k_seq, params.k_layout, tile - 1, k_rows);
-      fetch_pages_before(tile - 1);
+      if constexpr (kRowsAhead) fetch_pages_before(tile - 1);
       cp_async_commit();
     }
 

@@ -10,22 +10,24 @@
 //
 // Here the CTA copies the block_table entries a key tile spans (at most kBlockN / 16 + 1: pages
 // are multiples of 16 rows, a tile may start inside one) into shared memory with 4-byte cp.async,
-// one tile ahead: the entries of tile t - 1 go out with the copies of K(t) and land with them, so
-// that the rows of K(t - 1) and of V(t - 1) can be located before the waits that precede their
-// copies (the decode kernel keeps one tile in flight; what stands between a barrier and the next
-// copies delays them). The first tile's entries are fetched before Q is loaded and waited for
-// before the loop. A loader finds a row's page by a multiply-shift division by the page size
-// (FastDivmod, set on the host) and a shared-memory read; no global load stands before any
-// cp.async of K or V.
-// Two slot sets, by tile parity. In the iteration of tile t + 1 (the loop runs last to first),
-// after K(t)'s copies are issued, tile t - 1's entries are copied into the set that held tile
-// t + 1's, whose last reader (V(t + 1)'s rows, or in the prefill tiles its copies) came before
-// the barrier that follows the wait for V(t + 1). They land with K(t) and are visible after the
-// barrier that follows its wait; K(t - 1)'s rows read them before the wait for V(t), V(t - 1)'s before the wait
-// for K(t - 1).
+// one tile ahead; the first tile's are fetched before Q is loaded and waited for before the loop.
+// A loader finds a row's page by a multiply-shift division by the page size (FastDivmod, set on
+// the host) and a shared-memory read; no global load stands before any cp.async of K or V.
+// Two slot sets, by tile parity (the loop runs over tiles last to first):
+//  - the decode tiles locate a tile's rows before the wait that precedes its copies (the kernel
+//    keeps one tile in flight; what stands between a barrier and the next copies delays them).
+//    Tile t - 1's entries go out with K(t)'s copies (in the iteration of tile t + 1), into the set
+//    that held tile t + 1's, whose last reader (V(t + 1)'s rows) came before the barrier that
+//    follows the wait for V(t + 1). They land with K(t), are visible after the barrier that
+//    follows its wait, and are read by K(t - 1)'s rows before the wait for V(t) and by V(t - 1)'s
+//    before the wait for K(t - 1);
+//  - the prefill tiles locate rows after the barrier. Tile t - 1's entries go out with V(t)'s
+//    copies (iteration t), into the set whose last reader, V(t + 1)'s issue, came before the
+//    barrier that opens iteration t; they are read by K(t - 1) after the barrier that follows the
+//    wait for V(t), and by V(t - 1) in the next iteration.
 // Nothing here is held in registers across the tile loop (a tile's rows only across the wait
-// before its copies): the page size and the block table come
-// from the kernel parameters (constant memory), the slots from a fixed shared-memory offset.
+// before its copies): the page size and the block table come from the kernel parameters
+// (constant memory), the slots from a fixed shared-memory offset.
 #include <cstdint>
 
 #include <cute/arch/copy_sm80.hpp>
