@@ -13,11 +13,10 @@ import json
 import statistics
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from decode_split_count import ms, paged_copy  # the same timing and pool copy
+from decode_paged import cudnn_timer, ms  # the same timing
+from decode_split_count import paged_copy  # the same pool copy
 
 B, HQ, HK, D = 8, 32, 8, 128
 STRETCHES = {16: [1, 2, 4, 8, 16, 0], 256: [1, 0]}  # pages per stretch; 0: every sequence's pages in order
@@ -60,12 +59,7 @@ def main():
             assert diff < 2e-2, (name, diff)
             timers[name] = (lambda kc=kc, vc=vc, table=table: ms(
                 lambda: flashattn.forward_kvcache(q, kc, vc, out, cache_seqlens=seqlens, block_table=table)))
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
-        timers["cudnn"] = cudnn
+        timers["cudnn"] = cudnn_timer(q, k, v)
         samples = {name: [] for name in timers}
         for _ in range(args.rounds):
             for name, t in timers.items():

@@ -47,6 +47,16 @@ def ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def cudnn_timer(q, k, v):
+    """A timer (ms per call) of SDPA's cuDNN backend on contiguous (b, n, h, d) q, k, v."""
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+    def time():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
+    return time
+
+
 def paged_copy(k, page):
     """(b, n, h, d) -> (pages scattered over a pool, block table)."""
     b, n, h, d = k.shape
@@ -87,12 +97,7 @@ def rows(lens, rounds, dtype):
                 lambda: flash_attn_with_kvcache(q, kp, vp, cache_seqlens=seqlens, block_table=table)))
             timers[f"paged{page}_unchecked"] = (lambda kp=kp, vp=vp, table=table: ms(
                 lambda: flashattn.forward_kvcache(q, kp, vp, out_unchecked, cache_seqlens=seqlens, block_table=table)))
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
-        timers["cudnn"] = cudnn
+        timers["cudnn"] = cudnn_timer(q, k, v)
         # Correctness first: paged equals contiguous (same kernel, same order of keys).
         ref = flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens)
         for page, (kp, vp, table) in caches.items():
@@ -112,7 +117,7 @@ def rows(lens, rounds, dtype):
             row[name + "_vs_contiguous"] = row[name] / row["contiguous"]
         for name in ("paged16", "paged256", "paged16_unchecked", "paged256_unchecked"):
             row[name + "_vs_cudnn"] = row[name] / row["cudnn"]
-        del q, q4, k, v, caches, qt, kt, vt
+        del q, q4, k, v, caches, timers
         torch.cuda.empty_cache()
         print(json.dumps(row), flush=True)
         yield row

@@ -12,17 +12,11 @@ import json
 import statistics
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 import flashattn
+from decode_paged import cudnn_timer, ms  # the same timing
 
 B, HQ, HK, D = 8, 32, 8, 128
-
-
-def ms(fn):
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def paged_copy(x, page, order):
@@ -63,12 +57,7 @@ def main():
                 assert diff < 2e-2, (name, s, diff)
                 timers[(name, s)] = (lambda kc=kc, vc=vc, table=table, s=s: ms(
                     lambda: flashattn.forward_kvcache(q, kc, vc, out, cache_seqlens=seqlens, block_table=table, num_splits=s)))
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
-        timers[("cudnn", 0)] = cudnn
+        timers[("cudnn", 0)] = cudnn_timer(q, k, v)
         samples = {key: [] for key in timers}
         for _ in range(rounds):
             for key, t in timers.items():
@@ -79,7 +68,7 @@ def main():
         for name in caches:
             print("  %-9s " % name + "  ".join(f"s={s}: {tbs[(name, s)]:.3f} ({tbs[(name, s)] / c:.3f})" for s in splits_list))
         print(json.dumps({"n_k": nk, "tbs": {f"{n}_{s}": x for (n, s), x in tbs.items()}}), flush=True)
-        del q, k, v, caches, qt, kt, vt, out, ref
+        del q, k, v, caches, timers, out, ref
         torch.cuda.empty_cache()
 
 
