@@ -224,6 +224,29 @@ std::vector<KvCase> kv_cases() {
     c.leftpad = {};
     t.push_back(c);
   }
+  {
+    // One split over many key tiles: each CTA runs nine or ten tiles, so that every tile's rows are
+    // found from page entries fetched a tile ahead into alternating slot sets (sm80/paged_tiles.cuh),
+    // over shuffled pages; a stale or early entry reads the wrong page.
+    KvCase c;
+    c.heads_q = 8;
+    c.num_splits = 1;
+    c.cache_rows = 1296;  // 81 pages of 16, 27 of 48
+    c.cache_seqlens = {1221, 1100};
+    c.leftpad = {5, 0};
+    for (int d : {64, 128}) {
+      c.head_dim = d;
+      c.page_size = 0;
+      c.name = "decode_contiguous_one_split_many_tiles_hd" + std::to_string(d);
+      t.push_back(c);
+      c.page_size = 16;
+      c.name = "decode_paged16_one_split_many_tiles_hd" + std::to_string(d);
+      t.push_back(c);
+      c.page_size = 48;
+      c.name = "decode_paged48_one_split_many_tiles_hd" + std::to_string(d);
+      t.push_back(c);
+    }
+  }
   for (int page : {16, 32}) {  // d = 96: a thread's rows are 32 apart (two pages of 16, one of 32)
     KvCase c;
     c.name = "decode_paged" + std::to_string(page) + "_hd96_leftpad";
