@@ -42,6 +42,13 @@ TEST(Sm90TileChoice, TallTilesAtSmallHeadDimsWhenTheyTakeFewerWaves) {
   EXPECT_EQ(query_block_rows(64, 1024, 16 * 32, kSms, true), 128);
   // CudaPagedVarlen.TallTiles: 300 queries, 3 x 4 heads on one SM (sm_margin) take 192-row tiles.
   EXPECT_EQ(query_block_rows(64, 300, 3 * 4, 1, false), 192);
+  // FP8 takes the rule up to head dim 128 (its serial mainloop), not above; 16-bit inputs keep
+  // 128 rows at d = 128.
+  EXPECT_EQ(query_block_rows(128, 4096, 4 * 16, kSms, false, true), 192);  // 16k tokens: 16 against 11 waves
+  EXPECT_EQ(query_block_rows(128, 1024, 16 * 16, kSms, false, true), 192);
+  EXPECT_EQ(query_block_rows(128, 2048, 8, kSms, false, true), 128);  // 1 wave each
+  EXPECT_EQ(query_block_rows(256, 4096, 4 * 8, kSms, false, true), 128);
+  EXPECT_EQ(query_block_rows(128, 4096, 4 * 16, kSms, false, false), 128);
 }
 
 // Which paged pools the sm90 forward reads one 5-D TMA box a page from (page_box_coords.hpp), and
@@ -85,8 +92,8 @@ long long tiles(const Case& c, int rows) {
   return (c.seqlen_q + rows - 1) / rows * (long long)c.heads_q * c.batch;
 }
 
-int rows_for(const Case& c) {
-  return query_block_rows(c.head_dim, c.seqlen_q, (long long)c.heads_q * c.batch, kSms, c.dropout_p > 0);
+int rows_for(const Case& c, bool fp8 = false) {
+  return query_block_rows(c.head_dim, c.seqlen_q, (long long)c.heads_q * c.batch, kSms, c.dropout_p > 0, fp8);
 }
 
 TEST(Sm90TileChoice, SharedTableRunsEveryTileHeightOverManyTiles) {
@@ -101,17 +108,54 @@ TEST(Sm90TileChoice, SharedTableRunsEveryTileHeightOverManyTiles) {
   EXPECT_TRUE(regular) << "no case runs 128-row tiles several per CTA";
 }
 
-// The FP8 forward takes 192-row tiles by the same rule: its table must reach them too.
+// The FP8 forward takes 192-row tiles by the same rule, up to head dim 128: its table must reach
+// them (at d = 64, and at d = 65-128, where they run the serial mainloop) and 128-row tiles.
 TEST(Sm90TileChoice, Fp8TableRunsEveryTileHeightOverManyTiles) {
-  bool tall = false, regular = false;
+  bool tall = false, serial = false, regular = false, regular_hd128 = false;
   for (const Case& c : fp8_cases()) {
     if (c.varlen() || c.head_dim > 256) continue;
-    const int rows = rows_for(c);
+    const int rows = rows_for(c, true);
     if (tiles(c, rows) <= kSms) continue;
-    (rows == 192 ? tall : regular) = true;
+    (rows == 192 ? (c.head_dim > 64 ? serial : tall) : (c.head_dim > 64 && c.head_dim <= 128 ? regular_hd128 : regular)) =
+        true;
   }
-  EXPECT_TRUE(tall) << "the FP8 table has no case with more 192-row tiles than SMs";
-  EXPECT_TRUE(regular) << "the FP8 table has no case with more 128-row tiles than SMs";
+  EXPECT_TRUE(tall) << "the FP8 table has no case at d <= 64 with more 192-row tiles than SMs";
+  EXPECT_TRUE(serial) << "the FP8 table has no case at d = 65-128 with more 192-row tiles than SMs";
+  EXPECT_TRUE(regular) << "the FP8 table has no case at d = 129-256 with more 128-row tiles than SMs";
+  EXPECT_TRUE(regular_hd128) << "the FP8 table has no case at d = 65-128 with more 128-row tiles than SMs";
+}
+
+// FP8 at d = 65-128 on 192-row tiles runs the serial mainloop (forward_consumer.cuh), whose
+// warpgroups sit out key blocks on paths of their own: a warpgroup with no rows in the sequence,
+// one that sees fewer key blocks than its tile (a causal diagonal) and one whose first block comes
+// after its tile's (a window). The FP8 table must reach each, with 128-key blocks.
+TEST(Sm90TileChoice, Fp8TableRunsTheSerialMainloopsSitOuts) {
+  bool idle = false, skips_last = false, skips_first = false;
+  for (const Case& c : fp8_cases()) {
+    if (c.varlen() || c.head_dim <= 64 || c.head_dim > 128 || rows_for(c, true) != 192) continue;
+    auto blocks = [&](int first, int last) {
+      const cuda::BlockMask mask{c.seqlen_q, c.seqlen_k, c.window_left, c.causal ? 0 : c.window_right, first, last};
+      return mask.tiles(128);
+    };
+    for (int row0 = 0; row0 < c.seqlen_q; row0 += 192) {
+      const int last = std::min(row0 + 192, c.seqlen_q) - 1;
+      const cuda::KeyTileRange tile = blocks(row0, last);
+      if (tile.empty()) continue;
+      for (int first = row0; first < row0 + 192; first += 64) {
+        if (first > last) {
+          idle = true;
+          continue;
+        }
+        const cuda::KeyTileRange mine = blocks(first, std::min(first + 63, last));
+        if (mine.empty()) continue;
+        if (mine.end < tile.end) skips_last = true;
+        if (mine.begin > tile.begin) skips_first = true;
+      }
+    }
+  }
+  EXPECT_TRUE(idle) << "no serial-mainloop tile has a warpgroup without rows";
+  EXPECT_TRUE(skips_last) << "no serial-mainloop tile has a warpgroup that sees fewer key blocks than its tile";
+  EXPECT_TRUE(skips_first) << "no serial-mainloop tile has a warpgroup whose first key block comes after its tile's";
 }
 
 // A warpgroup whose 64 rows lie past the sequence takes a path of its own in the consumer

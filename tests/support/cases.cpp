@@ -601,6 +601,32 @@ std::vector<Case> fp8_cases() {
     if (c.dropout_p == 0 && c.alibi == Alibi::none && c.head_dim % 16 == 0 && c.layout == Layout::bshd &&
         c.magnitude <= 2.0f)
       cases.push_back(c);
+  // The serial mainloop of 192-row tiles at d = 65-128 (sm90/forward_consumer.cuh), over many
+  // tiles: causal (a warpgroup sees fewer key blocks than its tile; 1050 rows leave the last tile
+  // of a sequence a warpgroup without rows) and a window (a warpgroup's first key block comes
+  // after its tile's). And 128-row tiles at d = 128 with more tiles than SMs, where the FP8 kernel
+  // deals out its last partial wave (forward_tail_split.cuh): 30 sequence-heads of 8 tiles take
+  // as many waves as of 6 tiles of 192 rows.
+  Case c;
+  c.batch = 4;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.seqlen_q = c.seqlen_k = 1050;
+  c.head_dim = 128;
+  c.name = "serial_causal_hd128";
+  c.causal = true;
+  cases.push_back(c);
+  c.name = "serial_window_hd128";
+  c.causal = false;
+  c.window_left = 300;
+  c.window_right = 40;
+  cases.push_back(c);
+  c.name = "tail_split_128_rows_hd128";
+  c.window_left = c.window_right = -1;
+  c.batch = 3;
+  c.heads_q = 10;
+  c.seqlen_q = c.seqlen_k = 1024;
+  cases.push_back(c);
   return cases;
 }
 

@@ -14,6 +14,9 @@
 //  - ping-pong between the warpgroups (two, or three at d <= 64): each issues its GEMMs only
 //    in its turn (named barriers), so the others' softmax runs while its GEMMs occupy the
 //    tensor cores.
+// FP8 at d = 65-128 on 192-row tiles (Traits::kSerialMainloop) keeps only the second: a
+// warpgroup's turn issues S alone, and its P.V, issued after the softmax outside the turns, is
+// complete before its next S (the registers hold no S beside P).
 // Each warpgroup computes only the key blocks that its own 64 rows see, a sub-range of the
 // tile's: near a causal diagonal or a window's edge a warpgroup may see fewer blocks than the
 // tile's last rows (192-row tiles, or key blocks narrower than the tile), and one whose rows all
@@ -326,7 +329,44 @@ CUTE_DEVICE void run_consumers(ForwardParams<Traits> const& p, typename Traits::
     auto release_q = [&]() {
       if constexpr (!Traits::kQueryInRegisters) pipeline_q.consumer_release(state_q);
     };
-    if (mine.empty()) {
+    if constexpr (Traits::kSerialMainloop) {
+      // One turn per key block, for its S only; P.V follows the softmax outside the turns and is
+      // complete before the next S is issued (forward_traits.cuh: kSerialMainloop).
+      auto sit_out_block = [&](int block) {
+        pipeline_k.consumer_wait(state_k);
+        turns.wait_turn();
+        turns.pass_turn();
+        release_k(block);
+        pipeline_v.consumer_wait(state_v);
+        release_v(block);
+      };
+      auto compute_block = [&](auto first, int block) {
+        pipeline_k.consumer_wait(state_k);
+        turns.wait_turn();
+        warpgroup_gemm<true>(mma_qk, tSrQ_tile, tSrK(_, _, _, state_k.index()), tSrS);
+        turns.pass_turn();
+        warpgroup_wait<0>();
+        release_k(block);
+        to_logits(block);
+        const auto correction = softmax_step(first, block);
+        to_probabilities();
+        Softmax::rescale(out, correction);
+        pipeline_v.consumer_wait(state_v);
+        warpgroup_gemm<false>(mma_pv, tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+        warpgroup_wait<0>();
+        release_v(block);
+      };
+      int block = blocks.end - 1;
+      if (mine.empty()) {
+        for (; block >= blocks.begin; --block) sit_out_block(block);
+      } else {
+        for (; block >= mine.end; --block) sit_out_block(block);
+        compute_block(std::true_type{}, block--);
+        for (; block >= mine.begin; --block) compute_block(std::false_type{}, block);
+        for (; block >= blocks.begin; --block) sit_out_block(block);
+      }
+      release_q();
+    } else if (mine.empty()) {
       for (int block = blocks.end - 1; block >= blocks.begin - 1; --block) {
         sit_out_turn(block);
         if (block == blocks.begin) release_q();

@@ -65,8 +65,12 @@ constexpr int paged_value_box_pages(int head_dim) {
 // there (H100, 2026-11-27: 3-6% at n = 1k, within 1% at 4k and 16k; docs/log/sm90-forward.md),
 // and so there is no 192-row dropout kernel. Paged K/V takes the same rule as contiguous K/V
 // (a 192-row paged kernel at d = 64 since 2026-11-28: docs/kernels/kv-cache.md).
-inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout) {
-  if (head_dim > 64 || dropout) return 128;
+// FP8 (`fp8`) takes the rule up to head dim 128: its 192-row tiles at d = 65-128 run each
+// warpgroup's key blocks one after the other (forward_traits.cuh: kSerialMainloop), 0-15% faster
+// than 128 rows at 16k tokens (H200, 2026-11-29; docs/kernels/fp8-forward.md).
+inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout,
+                            bool fp8 = false) {
+  if (head_dim > (fp8 ? 128 : 64) || dropout) return 128;
   const long long n = seqlen_q > 0 ? seqlen_q : 1;
   const long long sms = sm_count > 0 ? sm_count : 1;
   const long long waves_128 = ((n + 127) / 128 * heads_x_batch + sms - 1) / sms;

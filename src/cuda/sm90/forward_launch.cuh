@@ -260,9 +260,11 @@ void run_forward(const detail::ForwardProblem& p) {
       return launch_forward<ForwardTraits<Element, HeadDim, kRows>>(p, sm_count, l2_bytes);
     }
   };
-  // 192 rows (three consumer warpgroups) up to head dim 64, where they take fewer waves.
-  if constexpr (HeadDim <= 64) {
-    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled()) == 192)
+  // 192 rows (three consumer warpgroups) where they take fewer waves: up to head dim 64, and up to
+  // 128 for FP8 (its serial mainloop).
+  if constexpr (HeadDim <= 64 || (sizeof(Element) == 1 && HeadDim <= 128)) {
+    if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled(),
+                         sizeof(Element) == 1) == 192)
       return launch(std::integral_constant<int, 192>{});
   }
   launch(std::integral_constant<int, 128>{});

@@ -57,8 +57,16 @@ struct ForwardTraits {
   // warpgroup's two GEMMs are too short to cover another's softmax (which costs the same at
   // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
   static constexpr int kBlockM = kBlockM_;
-  static_assert(kBlockM == 128 || (kBlockM == 192 && kHeadDim <= 64), "three warpgroups' fragments fit only up to d = 64");
-  static constexpr int kBlockN = kFp8 ? fp8_key_block_cols(kHeadDim) : key_block_cols(kHeadDim);
+  static_assert(kBlockM == 128 || (kBlockM == 192 && (kHeadDim <= 64 || (kFp8 && kHeadDim <= 128))),
+                "three warpgroups' fragments fit only up to d = 64 (FP8: 128, with the serial mainloop)");
+  // FP8 at d = 65-128 with three warpgroups: each warpgroup runs its key blocks one after the other
+  // (kSerialMainloop: S, its softmax, P.V, complete before the next S, instead of the next S in
+  // flight beside P), so that O, S and the softmax state fit 160 registers with 128-key blocks
+  // (ptxas: 88 bytes of spill stores, ~15 local loads and stores per iteration of ~1450
+  // instructions); the other two warpgroups' GEMMs run under its softmax. With the overlap kept,
+  // 128 keys spilled 216 bytes and 96-key blocks ran -5% to +2% (docs/kernels/fp8-forward.md).
+  static constexpr bool kSerialMainloop = kFp8 && kBlockM == 192 && kHeadDim > 64;
+  static constexpr int kBlockN = kSerialMainloop ? 128 : kFp8 ? fp8_key_block_cols(kHeadDim) : key_block_cols(kHeadDim);
   static constexpr int kStages = 2;
   // Above 128 there is room for neither a separate output tile nor a second Q stage: each
   // consumer warpgroup stages its output in a K/V stage the tile read last (warpgroup 0 in the
@@ -76,7 +84,7 @@ struct ForwardTraits {
   // and no spills anywhere (with 24 the producer spilled: docs/log/sm90-forward.md, the register
   // split and the spills gone); at d = 256 the output fragment needs 240 (with 232 the mainloop
   // spills) and the producer gets 24.
-  // Three: 160 and 32.
+  // Three: 160 and 32 (FP8 at d = 128 too, with the serial mainloop).
   static constexpr int kRowsPerWarpGroup = 64;
   static constexpr int kConsumerWarpGroups = kBlockM / kRowsPerWarpGroup;
   static_assert(kBlockM % kRowsPerWarpGroup == 0 && (kConsumerWarpGroups == 2 || kConsumerWarpGroups == 3));
