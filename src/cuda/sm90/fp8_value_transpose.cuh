@@ -10,8 +10,9 @@
 // Variable length: one packed key axis in which every sequence starts at a multiple of 16
 // (transposed_value_start): a TMA box whose start along the contiguous axis was not 16-byte
 // aligned stopped the kernel with an illegal instruction (H100, 2026-11-26).
-// It reads and writes V once (1 byte per element each way): bandwidth-bound, a few percent of
-// the forward from n = 4k (docs/kernels/fp8-forward.md has the measured cost).
+// It reads and writes V once (1 byte per element each way): 17 us at 16k tokens x hidden 2048 on
+// an H200 (3.9 TB/s; a device-to-device copy reaches 4.3), 8-11% of a call at n = 1k, 3-4% at 4k
+// (docs/kernels/fp8-forward.md).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -57,17 +58,36 @@ struct ValueTransposeArgs {
   const std::int32_t* cu_seqlens_k;
 };
 
-constexpr int kTransposeTile = 64;  // keys x head-dim bytes per CTA
+// One CTA moves a tile of 128 keys x 128 head-dim bytes: its 128 threads read the tile's rows into
+// shared memory (16 bytes each, 8 a thread), then each takes 16 keys x 8 dims of it by 8-byte
+// loads, transposes them in registers with byte permutes (4 x 4 blocks) and writes 8 rows of V^T,
+// 16 keys each. The first version gathered single bytes from shared memory (16 loads for 16
+// bytes out): 24-25 us at the size above, 2.7 TB/s.
+constexpr int kTransposeKeys = 128, kTransposeDims = 128, kTransposeThreads = 128;
 
-// grid (key tiles, head-dim tiles, batch * heads), 256 threads: each reads 16 bytes of a key's
-// row and writes 16 keys of a head-dim row. A template so that every kernel instance's
-// translation unit may include it.
-template <int kTile = kTransposeTile>
-__global__ void __launch_bounds__(256) transpose_value_kernel(const ValueTransposeArgs a) {
-  static_assert(kTile == 64, "256 threads: 64 rows of 4 x 16 bytes");
-  __shared__ std::uint8_t tile[kTile][kTile + 4];  // [key][dim]; +4 spreads the banks
+// Where key `key`'s 8-byte column `column` (dims 8 column ..) lies in its shared-memory row: the
+// columns XORed with the key's group of 16, so that the 8-byte loads of 8 groups and 2 columns
+// (half a warp) fall in 16 different bank pairs.
+CUTE_DEVICE int transpose_column(int key, int column) { return column ^ (((key >> 4) & 7) << 1); }
+
+// 4 x 4 bytes: word i of `in` holds 4 dims of key i; word j of the result, dim j of the 4 keys.
+CUTE_DEVICE void transpose_4x4_bytes(const std::uint32_t (&in)[4], std::uint32_t (&out)[4]) {
+  const std::uint32_t lo01 = __byte_perm(in[0], in[1], 0x5140), lo23 = __byte_perm(in[2], in[3], 0x5140);
+  const std::uint32_t hi01 = __byte_perm(in[0], in[1], 0x7362), hi23 = __byte_perm(in[2], in[3], 0x7362);
+  out[0] = __byte_perm(lo01, lo23, 0x5410);
+  out[1] = __byte_perm(lo01, lo23, 0x7632);
+  out[2] = __byte_perm(hi01, hi23, 0x5410);
+  out[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+// grid (key tiles, head-dim tiles, batch * heads), kTransposeThreads threads. A template so that
+// every kernel instance's translation unit may include it.
+template <int kKeys = kTransposeKeys>
+__global__ void __launch_bounds__(kTransposeThreads) transpose_value_kernel(const ValueTransposeArgs a) {
+  static_assert(kKeys == 128 && kTransposeDims == 128 && kTransposeThreads == 128, "the thread mapping below");
+  __shared__ alignas(16) std::uint8_t tile[kKeys][kTransposeDims];  // [key][column ^ swizzle]
   const int b = blockIdx.z / a.heads, h = blockIdx.z % a.heads;
-  const std::int64_t key0 = std::int64_t(blockIdx.x) * kTile;
+  const std::int64_t key0 = std::int64_t(blockIdx.x) * kKeys;
   std::int64_t rows = a.rows, keys_padded = a.keys_padded, first_row = 0, out_key0 = 0;
   int out_b = b;
   if (a.cu_seqlens_k != nullptr) {  // this sequence's keys, on the packed axes
@@ -78,30 +98,62 @@ __global__ void __launch_bounds__(256) transpose_value_kernel(const ValueTranspo
     out_b = 0;
   }
   if (key0 >= keys_padded) return;
-  const int dim0 = blockIdx.y * kTile;
-  const int t = threadIdx.x, row = t / 4, chunk = (t % 4) * 16;
+  const int dim0 = blockIdx.y * kTransposeDims;
+  const int t = threadIdx.x;
 
-  uint4 in = make_uint4(0, 0, 0, 0);
-  if (key0 + row < rows && dim0 + chunk < a.head_dim)
-    in = *reinterpret_cast<const uint4*>(a.v + b * a.batch_stride + (first_row + key0 + row) * a.seq_stride +
-                                         h * a.head_stride + dim0 + chunk);
-  const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
+  // Rows in: thread t copies 16 bytes (dims 16 (t % 8) ..) of keys t / 8 + 16 i by cp.async, all 8
+  // in flight at once (register loads had ptxas store the first two to shared memory before
+  // issuing the rest); keys past the sequence are filled with zeros (V^T's padding), dims past the
+  // head dim are never written out.
+  {
+    const int chunk = t % 8;
+    const bool dims_in = dim0 + 16 * chunk < a.head_dim;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(&tile[row][chunk + 4 * i]) = words[i];
+    for (int i = 0; i < 8; ++i) {
+      const int key = t / 8 + 16 * i;  // the swizzle is even: a 16-byte chunk stays one
+      const bool in = key0 + key < rows && dims_in;
+      const std::uint8_t* src = in ? a.v + b * a.batch_stride + (first_row + key0 + key) * a.seq_stride +
+                                         h * a.head_stride + dim0 + 16 * chunk
+                                   : a.v;  // not read: zero bytes copied, 16 filled
+      const auto dst = static_cast<std::uint32_t>(__cvta_generic_to_shared(&tile[key][8 * transpose_column(key, 2 * chunk)]));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+  }
   __syncthreads();
 
-  const int dim = dim0 + row;  // this thread writes keys key0 + chunk .. + 15 (one group) of head-dim row `dim`
-  if (dim >= a.head_dim || key0 + chunk >= keys_padded) return;
-  std::uint32_t out[4];
+  // Out: thread t takes keys 16 g .. of its group g = t % 8 and dims 8 c .. of column c = t / 8.
+  const int g = t % 8, c = t / 8;
+  if (key0 + 16 * g >= keys_padded || dim0 + 8 * c >= a.head_dim) return;
+  std::uint32_t keys[16][2];  // [key in group][dims 8c .. 8c + 3, 8c + 4 .. 8c + 7]
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const uint2 w = *reinterpret_cast<const uint2*>(&tile[16 * g + j][8 * transpose_column(16 * g + j, c)]);
+    keys[j][0] = w.x;
+    keys[j][1] = w.y;
+  }
+  // Output word i of a dim row holds slots 4i .. 4i + 3: keys 2i, 2i + 1, 2i + 8, 2i + 9 of the
+  // group (transposed_value_key).
+  std::uint32_t out[8][4];  // [dim][word]
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    out[i] = 0;
+    static_assert(transposed_value_key(0) == 0 && transposed_value_key(1) == 1 && transposed_value_key(2) == 8 &&
+                  transposed_value_key(3) == 9 && transposed_value_key(4) == 2);
 #pragma unroll
-    for (int byte = 0; byte < 4; ++byte)
-      out[i] |= std::uint32_t(tile[chunk + transposed_value_key(4 * i + byte)][row]) << (8 * byte);
+    for (int half = 0; half < 2; ++half) {
+      const std::uint32_t quad[4] = {keys[2 * i][half], keys[2 * i + 1][half], keys[2 * i + 8][half],
+                                     keys[2 * i + 9][half]};
+      std::uint32_t dims[4];
+      transpose_4x4_bytes(quad, dims);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[4 * half + e][i] = dims[e];
+    }
   }
-  *reinterpret_cast<uint4*>(a.vt + ((std::int64_t(out_b) * a.heads + h) * a.head_dim + dim) * a.keys_padded +
-                            out_key0 + key0 + chunk) = make_uint4(out[0], out[1], out[2], out[3]);
+  std::uint8_t* row = a.vt + ((std::int64_t(out_b) * a.heads + h) * a.head_dim + dim0 + 8 * c) * a.keys_padded +
+                      out_key0 + key0 + 16 * g;
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    *reinterpret_cast<uint4*>(row + std::int64_t(e) * a.keys_padded) = make_uint4(out[e][0], out[e][1], out[e][2], out[e][3]);
 }
 
 // The keys of one (head, head-dim row) of V^T: seqlen_k padded, or the packed axis.
@@ -116,7 +168,7 @@ inline std::size_t transposed_value_bytes(const detail::ForwardProblem& p) {
 
 // V of problem p into vt (transposed_value_bytes). A template so that only the FP8 kernels'
 // translation units instantiate the transpose kernel.
-template <int kTile = kTransposeTile>
+template <int kKeys = kTransposeKeys>
 void transpose_value(const detail::ForwardProblem& p, void* vt, cudaStream_t stream) {
   const bool varlen = p.is_varlen();
   ValueTransposeArgs a{};
@@ -135,9 +187,9 @@ void transpose_value(const detail::ForwardProblem& p, void* vt, cudaStream_t str
   if (std::int64_t(batch) * a.heads > 65535)
     throw Error(ErrorKind::unsupported, "batch * heads_kv", "at most 65535 with e4m3 inputs (V's transpose grid)",
                 std::to_string(std::int64_t(batch) * a.heads));
-  const dim3 grid(unsigned((transposed_value_keys(a.rows) + kTile - 1) / kTile), unsigned((a.head_dim + kTile - 1) / kTile),
-                  unsigned(batch * a.heads));
-  transpose_value_kernel<kTile><<<grid, 256, 0, stream>>>(a);
+  const dim3 grid(unsigned((transposed_value_keys(a.rows) + kKeys - 1) / kKeys),
+                  unsigned((a.head_dim + kTransposeDims - 1) / kTransposeDims), unsigned(batch * a.heads));
+  transpose_value_kernel<kKeys><<<grid, kTransposeThreads, 0, stream>>>(a);
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
