@@ -128,14 +128,14 @@ TEST(Sm90TileChoice, Fp8TableRunsEveryTileHeightOverManyTiles) {
 // FP8 at d = 65-128 on 192-row tiles runs the serial mainloop (forward_consumer.cuh), whose
 // warpgroups sit out key blocks on paths of their own: a warpgroup with no rows in the sequence,
 // one that sees fewer key blocks than its tile (a causal diagonal) and one whose first block comes
-// after its tile's (a window). The FP8 table must reach each, with 128-key blocks.
+// after its tile's (a window). The FP8 table must reach each, with the serial mainloop's key blocks.
 TEST(Sm90TileChoice, Fp8TableRunsTheSerialMainloopsSitOuts) {
   bool idle = false, skips_last = false, skips_first = false;
   for (const Case& c : fp8_cases()) {
     if (c.varlen() || c.head_dim <= 64 || c.head_dim > 128 || rows_for(c, true) != 192) continue;
     auto blocks = [&](int first, int last) {
       const cuda::BlockMask mask{c.seqlen_q, c.seqlen_k, c.window_left, c.causal ? 0 : c.window_right, first, last};
-      return mask.tiles(128);
+      return mask.tiles(cuda::sm90::fp8_key_block_cols(c.head_dim, 192));
     };
     for (int row0 = 0; row0 < c.seqlen_q; row0 += 192) {
       const int last = std::min(row0 + 192, c.seqlen_q) - 1;

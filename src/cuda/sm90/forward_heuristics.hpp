@@ -36,7 +36,11 @@ constexpr int key_block_cols(int head_dim) {
 #ifndef FLASHATTN_SM90_FP8_BLOCK_N_HD128
 #define FLASHATTN_SM90_FP8_BLOCK_N_HD128 192
 #endif
-constexpr int fp8_key_block_cols(int head_dim) {
+// `rows`: the tile's query rows. 192-row tiles at head dims 65-128 run the serial mainloop
+// (forward_traits.cuh) on 128-key blocks, which fit its 160 registers (160 keys spilled 1648 bytes,
+// ptxas, 2026-11-29).
+constexpr int fp8_key_block_cols(int head_dim, int rows = 128) {
+  if (rows == 192) return 128;
   return head_dim > 64 && head_dim <= 128 ? FLASHATTN_SM90_FP8_BLOCK_N_HD128 : 128;
 }
 

@@ -66,7 +66,7 @@ struct ForwardTraits {
   // instructions); the other two warpgroups' GEMMs run under its softmax. With the overlap kept,
   // 128 keys spilled 216 bytes and 96-key blocks ran -5% to +2% (docs/kernels/fp8-forward.md).
   static constexpr bool kSerialMainloop = kFp8 && kBlockM == 192 && kHeadDim > 64;
-  static constexpr int kBlockN = kSerialMainloop ? 128 : kFp8 ? fp8_key_block_cols(kHeadDim) : key_block_cols(kHeadDim);
+  static constexpr int kBlockN = kFp8 ? fp8_key_block_cols(kHeadDim, kBlockM) : key_block_cols(kHeadDim);
   static constexpr int kStages = 2;
   // Above 128 there is room for neither a separate output tile nor a second Q stage: each
   // consumer warpgroup stages its output in a K/V stage the tile read last (warpgroup 0 in the
