@@ -72,9 +72,12 @@ constexpr int paged_value_box_pages(int head_dim) {
 // FP8 (`fp8`) takes the rule up to head dim 128: its 192-row tiles at d = 65-128 run each
 // warpgroup's key blocks one after the other (forward_traits.cuh: kSerialMainloop), 0-15% faster
 // than 128 rows at 16k tokens (H200, 2026-11-29; docs/kernels/fp8-forward.md).
+// Whether three consumer warpgroups' fragments fit at this head dim: up to 64, or up to 128 for FP8
+// (its serial mainloop). The traits, the launch and the rule below all ask this.
+constexpr bool tall_tiles_fit(int head_dim, bool fp8) { return head_dim <= (fp8 ? 128 : 64); }
 inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout,
                             bool fp8 = false) {
-  if (head_dim > (fp8 ? 128 : 64) || dropout) return 128;
+  if (!tall_tiles_fit(head_dim, fp8) || dropout) return 128;
   const long long n = seqlen_q > 0 ? seqlen_q : 1;
   const long long sms = sm_count > 0 ? sm_count : 1;
   const long long waves_128 = ((n + 127) / 128 * heads_x_batch + sms - 1) / sms;

@@ -262,7 +262,7 @@ void run_forward(const detail::ForwardProblem& p) {
   };
   // 192 rows (three consumer warpgroups) where they take fewer waves: up to head dim 64, and up to
   // 128 for FP8 (its serial mainloop).
-  if constexpr (HeadDim <= 64 || (sizeof(Element) == 1 && HeadDim <= 128)) {
+  if constexpr (tall_tiles_fit(HeadDim, sizeof(Element) == 1)) {
     if (query_block_rows(HeadDim, p.seqlen_q, (long long)p.heads_q * p.batch, sm_count, p.dropout.enabled(),
                          sizeof(Element) == 1) == 192)
       return launch(std::integral_constant<int, 192>{});

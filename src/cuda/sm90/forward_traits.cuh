@@ -57,7 +57,7 @@ struct ForwardTraits {
   // warpgroup's two GEMMs are too short to cover another's softmax (which costs the same at
   // every head dim): three consumer warpgroups (192 rows) give each softmax two turns' time.
   static constexpr int kBlockM = kBlockM_;
-  static_assert(kBlockM == 128 || (kBlockM == 192 && (kHeadDim <= 64 || (kFp8 && kHeadDim <= 128))),
+  static_assert(kBlockM == 128 || (kBlockM == 192 && tall_tiles_fit(kHeadDim, kFp8)),
                 "three warpgroups' fragments fit only up to d = 64 (FP8: 128, with the serial mainloop)");
   // FP8 at d = 65-128 with three warpgroups: each warpgroup runs its key blocks one after the other
   // (kSerialMainloop: S, its softmax, P.V, complete before the next S, instead of the next S in
