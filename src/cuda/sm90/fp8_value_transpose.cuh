@@ -11,7 +11,7 @@
 // (transposed_value_start): a TMA box whose start along the contiguous axis was not 16-byte
 // aligned stopped the kernel with an illegal instruction (H100, 2026-11-26).
 // It reads and writes V once (1 byte per element each way): 17 us at 16k tokens x hidden 2048 on
-// an H200 (3.9 TB/s; a device-to-device copy reaches 4.3), 8-11% of a call at n = 1k, 3-4% at 4k
+// an H200 (3.9 TB/s; 4.3 for a device-to-device copy, as recorded for that machine), 8-11% of a call at n = 1k, 3-4% at 4k
 // (docs/kernels/fp8-forward.md).
 #include <cuda_runtime.h>
 
