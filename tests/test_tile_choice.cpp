@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/common/mask_tiles.cuh"
@@ -123,6 +124,48 @@ TEST(Sm90TileChoice, Fp8TableRunsEveryTileHeightOverManyTiles) {
   EXPECT_TRUE(serial) << "the FP8 table has no case at d = 65-128 with more 192-row tiles than SMs";
   EXPECT_TRUE(regular) << "the FP8 table has no case at d = 129-256 with more 128-row tiles than SMs";
   EXPECT_TRUE(regular_hd128) << "the FP8 table has no case at d = 65-128 with more 128-row tiles than SMs";
+}
+
+// FP8: V^T written in the kernel where few query rows read each KV head's V (seqlen_q x group),
+// by the launch's pre-pass where many do (forward_heuristics.hpp).
+TEST(Sm90TileChoice, Fp8WritesValueTransposeInTheKernelForFewRowsPerKvHead) {
+  using cuda::sm90::fp8_transposes_value_in_kernel;
+  EXPECT_TRUE(fp8_transposes_value_in_kernel(128, 1, 8));     // decoding: +25-30% (H200)
+  EXPECT_TRUE(fp8_transposes_value_in_kernel(128, 1024, 1));  // +11%
+  EXPECT_TRUE(fp8_transposes_value_in_kernel(128, 2048, 1));  // +6%
+  EXPECT_FALSE(fp8_transposes_value_in_kernel(128, 4096, 1));  // level
+  EXPECT_FALSE(fp8_transposes_value_in_kernel(128, 1024, 4));  // 4096 rows read each V
+  EXPECT_TRUE(fp8_transposes_value_in_kernel(64, 512, 4));
+  EXPECT_TRUE(fp8_transposes_value_in_kernel(256, 16, 4));     // +16-19% decoding
+  EXPECT_FALSE(fp8_transposes_value_in_kernel(256, 512, 1));  // -3%
+  EXPECT_FALSE(fp8_transposes_value_in_kernel(256, 1024, 1));
+}
+
+// The FP8 table reaches both ways of writing V^T on every tile shape (d <= 64 on 192 and 128
+// rows, d = 65-128 on 192 rows (the serial mainloop) and 128, above on 128), each with more tiles
+// than SMs somewhere, so that a CTA runs several tiles through the transposer's pipelines.
+TEST(Sm90TileChoice, Fp8TableRunsBothValueTransposesOnEveryTileShape) {
+  std::set<std::tuple<int, int, bool>> reached, reached_many;  // (head-dim class, rows, in kernel)
+  for (const Case& c : fp8_cases()) {
+    if (c.head_dim > 256) continue;
+    const int rows = rows_for(c, true);
+    const int dims = c.head_dim <= 64 ? 0 : c.head_dim <= 128 ? 1 : 2;
+    const bool in_kernel = cuda::sm90::fp8_transposes_value_in_kernel(c.head_dim, c.seqlen_q, c.heads_q / c.heads_kv);
+    reached.insert({dims, rows, in_kernel});
+    if (!c.varlen() && tiles(c, rows) > kSms) reached_many.insert({dims, rows, in_kernel});
+  }
+  for (const auto& [dims, rows] : {std::pair{0, 192}, {0, 128}, {1, 192}, {1, 128}, {2, 128}})
+    for (const bool in_kernel : {true, false})
+      EXPECT_TRUE(reached.count({dims, rows, in_kernel}))
+          << "no FP8 case at head-dim class " << dims << " on " << rows << "-row tiles with V^T written "
+          << (in_kernel ? "in the kernel" : "by the pre-pass");
+  for (const int dims : {1, 2})
+    for (const bool in_kernel : {true, false}) {
+      bool any = false;
+      for (const int rows : {128, 192}) any = any || reached_many.count({dims, rows, in_kernel});
+      EXPECT_TRUE(any) << "no FP8 case at head-dim class " << dims << " with more tiles than SMs and V^T written "
+                       << (in_kernel ? "in the kernel" : "by the pre-pass");
+    }
 }
 
 // FP8 at d = 65-128 on 192-row tiles runs the serial mainloop (forward_consumer.cuh), whose

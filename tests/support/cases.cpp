@@ -627,6 +627,34 @@ std::vector<Case> fp8_cases() {
   c.heads_q = 10;
   c.seqlen_q = c.seqlen_k = 1024;
   cases.push_back(c);
+  // V^T written in the kernel where few query rows read each KV head's V (seqlen_q x group, sm90
+  // forward_heuristics.hpp), by the pre-pass where many do. The rows above read each KV head's V
+  // with 4-5 heads' rows (the pre-pass); the serial mainloop's causal row and the tail split's
+  // without GQA take the transposer, over many tiles. And the two where the table has no other:
+  // d = 64 on 128-row tiles by the pre-pass (16 query heads on one KV head), d = 256 by the
+  // transposer over more tiles than SMs (8 queries, GQA 4).
+  for (const Case& gqa : {cases[cases.size() - 3], cases[cases.size() - 1]}) {
+    Case g = gqa;
+    g.name += "_mha";
+    g.heads_kv = g.heads_q;
+    cases.push_back(g);
+  }
+  c = Case{};
+  c.name = "prepass_gqa16_hd64";
+  c.batch = 1;
+  c.heads_q = 16;
+  c.heads_kv = 1;
+  c.seqlen_q = 300;
+  c.seqlen_k = 400;
+  c.head_dim = 64;
+  cases.push_back(c);
+  c.name = "transposer_gqa4_hd256";
+  c.batch = 24;
+  c.heads_kv = 4;
+  c.seqlen_q = 8;
+  c.seqlen_k = 700;
+  c.head_dim = 256;
+  cases.push_back(c);
   return cases;
 }
 

@@ -74,6 +74,20 @@ constexpr int paged_value_box_pages(int head_dim) {
 // than 128 rows at 16k tokens (H200, 2026-11-29; docs/kernels/fp8-forward.md).
 // Whether three consumer warpgroups' fragments fit at this head dim: up to 64, or up to 128 for FP8
 // (its serial mainloop). The traits, the launch and the rule below all ask this.
+// FP8: whether the kernel writes V^T itself (fp8_value_transposer.cuh) instead of the launch's
+// pre-pass (fp8_value_transpose.cuh). In the kernel every query tile transposes each V block it
+// reads, so the cost grows with the query rows that read a KV head's V (seqlen_q x the query heads
+// that share it); the pre-pass moves V once a call (17 us at 16k tokens x hidden 2048) and adds
+// twice V's bytes to the call's memory traffic. Per call against the pre-pass (H200, 2026-11-29,
+// docs/kernels/fp8-forward.md): d = 128 +25-30% decoding (1-16 queries x 4 heads over 4k-32k
+// keys), +11% at 512 rows over 32k keys, +11% / +6% / level / -2 to -3% at 1k / 2k / 4k / 16k
+// rows without GQA; d = 256 +16-19% decoding, -3% at 512 rows over 32k keys, level at 1k, -6% at
+// 2k, -10 to -14% from 4k.
+constexpr long long fp8_in_kernel_transpose_max_rows(int head_dim) { return head_dim <= 128 ? 2048 : 128; }
+inline bool fp8_transposes_value_in_kernel(int head_dim, int seqlen_q, int group) {
+  return (long long)seqlen_q * group <= fp8_in_kernel_transpose_max_rows(head_dim);
+}
+
 constexpr bool tall_tiles_fit(int head_dim, bool fp8) { return head_dim <= (fp8 ? 128 : 64); }
 inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout,
                             bool fp8 = false) {

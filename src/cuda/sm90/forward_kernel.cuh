@@ -11,6 +11,7 @@
 #include "cuda/sm90/forward_consumer.cuh"
 #include "cuda/sm90/forward_params.cuh"
 #include "cuda/sm90/forward_producer.cuh"
+#include "cuda/sm90/fp8_value_transposer.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -54,14 +55,29 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   pipeline_params.num_consumers = Traits::kConsumerThreads;
   pipeline_params.transaction_bytes = Traits::kKeyBytes;
   PipelineK pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
-  // Paged V is loaded by the producer warpgroup's other three warps, each thread arriving on the
-  // stage's full barrier (forward_paged_kv.cuh: run_value_loader); none of them leads.
+  // Paged V is loaded, FP8 V^T written (kTransposeValue), by the producer warpgroup's other three
+  // warps, each thread arriving on the stage's full barrier (run_value_loader,
+  // run_value_transposer); none of them leads.
   typename PipelineV::Params value_params = pipeline_params;
-  if constexpr (kPagedKv) {
+  if constexpr (Traits::kValueWarps) {
     value_params.is_leader = false;
-    value_params.num_producers = Traits::kValueLoaderThreads;
+    value_params.num_producers = Traits::kValueWarpThreads;
   }
   PipelineV pipeline_v(smem.pipeline_v, value_params, Shape<_1, _1, _1>{});
+  // kTransposeValue: the producer warp's TMA loads V's rows for the transposer (warps 1-3), which
+  // releases them thread by thread. Other kernels: V's loads go to pipeline_v.
+  auto pipeline_v_rows = [&] {
+    if constexpr (Traits::kTransposeValue) {
+      typename PipelineV::Params rows_params;
+      rows_params.role = producer_warp ? PipelineV::ThreadCategory::Producer : PipelineV::ThreadCategory::Consumer;
+      rows_params.is_leader = leader;
+      rows_params.num_consumers = Traits::kValueWarpThreads;
+      rows_params.transaction_bytes = Traits::kKeyBytes;
+      return PipelineV(smem.pipeline_v_rows, rows_params, Shape<_1, _1, _1>{});
+    } else {
+      return 0;
+    }
+  }();
   // Q's pipeline is set up like K's (its own Params type when the stage counts differ). Written
   // out rather than through a shared helper: the helper cost both d = 64 kernels 12 more bytes
   // of register spills (ptxas, 2026-11-23).
@@ -74,22 +90,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   PipelineQ pipeline_q(smem.pipeline_q, query_params, Shape<_1, _1, _1>{});
   using PipelineTile = typename Traits::PipelineTile;
   typename PipelineTile::Params tile_params;
-  // Paged: the value loader's warps of the producer warpgroup read the tile slots too.
-  tile_params.role = warp_group != 0 ? PipelineTile::ThreadCategory::Consumer
-                     : kPagedKv      ? PipelineTile::ThreadCategory::ProducerConsumer
-                                     : PipelineTile::ThreadCategory::Producer;
+  // The value loader's or transposer's warps of the producer warpgroup read the tile slots too.
+  tile_params.role = warp_group != 0        ? PipelineTile::ThreadCategory::Consumer
+                     : Traits::kValueWarps ? PipelineTile::ThreadCategory::ProducerConsumer
+                                           : PipelineTile::ThreadCategory::Producer;
   tile_params.producer_arv_count = 1;
-  tile_params.consumer_arv_count = Traits::kConsumerThreads + (kPagedKv ? Traits::kValueLoaderThreads : 0);
+  tile_params.consumer_arv_count = Traits::kConsumerThreads + (Traits::kValueWarps ? Traits::kValueWarpThreads : 0);
   tile_params.dst_blockid = 0;
   PipelineTile pipeline_tile(smem.pipeline_tile, tile_params);
   __syncthreads();  // barriers initialized before anyone waits on them
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (producer_warp)
-      run_producer<Traits>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
-    else if constexpr (kPagedKv)
+    if (producer_warp) {
+      if constexpr (Traits::kTransposeValue)
+        run_producer<Traits>(params, smem, pipeline_q, pipeline_k, pipeline_v_rows, pipeline_tile, leader);
+      else
+        run_producer<Traits>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile, leader);
+    } else if constexpr (kPagedKv) {
       run_value_loader<Traits>(params, smem, pipeline_v, pipeline_tile, int(threadIdx.x) - 32);
+    } else if constexpr (Traits::kTransposeValue) {
+      run_value_transposer<Traits>(params, smem, pipeline_v_rows, pipeline_v, pipeline_tile, int(threadIdx.x) - 32);
+    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     run_consumers<Traits, Softmax, kDropout, kKeyBlockScales>(params, smem, pipeline_q, pipeline_k, pipeline_v, pipeline_tile,

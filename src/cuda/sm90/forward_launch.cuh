@@ -68,7 +68,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.tma_k_page = make_tma_copy(SM90_TMA_LOAD{}, k,
                                typename Traits::template PageBoxLayout<typename Traits::SmemLayoutK>{}, PageBox{}, _1{});
   f.shape_kv_page = k.shape();
-  if constexpr (!Traits::kFp8) {  // FP8: set_transposed_value, once V^T is written
+  if constexpr (!Traits::kFp8 || Traits::kTransposeValue) {  // FP8's pre-pass: set_transposed_value
     auto v = key_side(p.v);
     f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
                             typename Traits::ValueBox{}, _1{});
@@ -177,7 +177,8 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   const size_t counter_offset = plan.add<int>(counters);
   const size_t partial_offset = plan.add<float2>(
       size_t(tail.num_slots()) * Traits::kConsumerWarpGroups * 128 * partial_chunks<Traits::kHeadDim>());
-  const size_t vt_bytes = Traits::kFp8 ? transposed_value_bytes(p) : 0;
+  constexpr bool kPrePass = Traits::kFp8 && !Traits::kTransposeValue;
+  const size_t vt_bytes = kPrePass ? transposed_value_bytes(p) : 0;
   const size_t vt_offset = plan.add<uint4>((vt_bytes + 15) / 16);
 #ifdef FLASHATTN_SM90_TRACE
   const size_t trace_count = size_t(grid) * kTraceWarpGroups * kTraceRecords;
@@ -188,7 +189,7 @@ void launch_kernel(const detail::ForwardProblem& p, int sm_count, int l2_bytes) 
   params.tail_arrivals = params.tile_counter + 1;
   params.partials = workspace.at<float2>(partial_offset);
   FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, counters * sizeof(int), stream));
-  if constexpr (Traits::kFp8) {
+  if constexpr (kPrePass) {
     void* vt = workspace.at<uint4>(vt_offset);
     transpose_value(p, vt, stream);
     set_transposed_value(params, p, vt);
@@ -224,6 +225,12 @@ void launch_softmax_variant(const detail::ForwardProblem& p, int sm_count, int l
 template <class Traits>
 void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes) {
   if constexpr (Traits::kFp8) {  // no dropout (validation)
+    // V^T written in the kernel where few query rows read each KV head's V (forward_heuristics.hpp)
+    // and the transposer's addresses hold for the stages (fp8_value_transposer.cuh).
+    if constexpr (!Traits::kTransposeValue && transposer_addresses_hold<typename Traits::TransposingValue>()) {
+      if (fp8_transposes_value_in_kernel(Traits::kHeadDim, p.seqlen_q, p.heads_q / std::max(p.heads_kv, 1)))
+        return launch_forward<typename Traits::TransposingValue>(p, sm_count, l2_bytes);
+    }
     // Block quantization: one more kernel per (head dim, output type), with the default softmax.
     if (p.k_descale.blocked())
       return launch_kernel<Traits, Fp8ForwardSoftmax<kSoftmaxDefault>, false, true>(p, sm_count, l2_bytes);

@@ -136,7 +136,7 @@ struct PagedKeyBlocks {
   }
 };
 
-// V's key blocks, loaded by the producer warpgroup's warps 1-3 (Traits::kValueLoaderThreads
+// V's key blocks, loaded by the producer warpgroup's warps 1-3 (Traits::kValueWarpThreads
 // threads; `thread` counts from 0 among them) in the order the producer warp loads K's (each
 // tile's blocks last to first): the same work items, read from the tile slots as the consumers
 // read them. A stage's full barrier counts one arrival per loader thread: a thread's cp.async
@@ -149,8 +149,8 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
   using namespace cute;
   constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   constexpr int kPieces = kHeadDim / 8;  // 16-byte pieces of a row
-  static_assert(Traits::kValueLoaderThreads % kPieces == 0, "groups of whole rows");
-  constexpr int kGroups = Traits::kValueLoaderThreads / kPieces;  // threads of a box: a piece of each row
+  static_assert(Traits::kValueWarpThreads % kPieces == 0, "groups of whole rows");
+  constexpr int kGroups = Traits::kValueWarpThreads / kPieces;  // threads of a box: a piece of each row
   constexpr int kPageRows = Traits::kPageRows, kBoxes = kBlockN / kPageRows;
   using Element = typename Traits::Element;
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});  // (key, head dim, stage)
@@ -161,15 +161,7 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
   const int page_size = p.kv.pages.page_size;
 
   auto state_v = cutlass::make_producer_start_state<typename Traits::PipelineV>();
-  typename Traits::PipelineTile::PipelineState state_tile;
-  const int num_items = p.tail.num_items();
-  for (;;) {
-    pipeline_tile.consumer_wait(state_tile);
-    const int index = smem.tile_slot[state_tile.index()].index;
-    const TileWork w = smem.tile_slot[state_tile.index()].work;
-    pipeline_tile.consumer_release(state_tile);
-    ++state_tile;
-    if (index >= num_items) break;
+  for_each_published_item(pipeline_tile, smem, p.tail.num_items(), [&](TileWork const& w) {
     const int b = w.coord.batch, head_kv = w.coord.head / p.group, len_k = w.seq.len_k;
     const PagedKeyBlocks<Traits> pages{p, b, head_kv, len_k, 0, false};
     const Element* head_rows = static_cast<const Element*>(p.v) + head_kv * p.v_head_stride + piece * 8;
@@ -215,7 +207,7 @@ CUTE_DEVICE void run_value_loader(ForwardParams<Traits> const& p, typename Trait
       }
       ++state_v;
     }
-  }
+  });
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -25,8 +25,8 @@ struct ForwardParams {
   typename Traits::TmaLoadK tma_k;
   typename Traits::TmaLoadV tma_v;
   typename Traits::TmaStoreO tma_o;
-  // (rows, head dim, heads, batch) extents the TMA tensors were built with; FP8 V^T's is
-  // (head dim, keys, heads, batch).
+  // (rows, head dim, heads, batch) extents the TMA tensors were built with; FP8 V^T's from the
+  // pre-pass is (head dim, keys, heads, batch).
   typename Traits::GmemShape shape_q, shape_k, shape_v, shape_o;
   // Paged K/V (kv.paged(); forward_paged_kv.cuh): boxes of Traits::kPageRows keys of K over the
   // page pool, (row in page, head dim, heads_kv, page); tma_k and tma_v, built over the pools too,

@@ -6,7 +6,8 @@
 // so it arrives while this one ends), then K and V interleaved in the order the consumers use
 // them (K of block j - 1 before V of block j, since QK^T of the next block runs ahead of P.V of
 // the current one). Paged K arrives in boxes of a page's keys; paged V is loaded by the other
-// three warps of the warpgroup (forward_paged_kv.cuh).
+// three warps of the warpgroup (forward_paged_kv.cuh); with Traits::kTransposeValue (FP8), V's rows
+// go to stages from which those warps write V^T (fp8_value_transposer.cuh).
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -25,6 +26,18 @@ CUTE_DEVICE auto group_all_but_last(Tensor&& t) {
   return cute::group_modes<0, kRank - 1>(t);
 }
 
+// Where V's TMA loads go: with kTransposeValue, the stages of rows that the transposer reads; else
+// the stages the P.V GEMM reads.
+template <class Traits>
+CUTE_DEVICE typename Traits::Element* value_load_stages(typename Traits::SharedStorage& smem) {
+  if constexpr (Traits::kTransposeValue)
+    return smem.v_rows.data();
+  else
+    return smem.v.data();
+}
+
+// pipeline_v: the pipeline of V's TMA loads (with kTransposeValue, of V's rows, whose consumer is
+// the transposer).
 template <class Traits>
 CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::SharedStorage& smem,
                               typename Traits::PipelineQ& pipeline_q,
@@ -37,10 +50,10 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
 
   Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
   Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
-  Tensor mV = p.tma_v.get_tma_tensor(p.shape_v);  // FP8: V^T, (head dim, keys, heads, batch)
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_v);  // FP8's pre-pass: V^T, (head dim, keys, heads, batch)
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
-  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+  Tensor sV = make_tensor(make_smem_ptr(value_load_stages<Traits>(smem)), typename Traits::SmemLayoutV{});
   auto tma_q = p.tma_q.get_slice(_0{});
   auto tma_k = p.tma_k.get_slice(_0{});
   auto tma_v = p.tma_v.get_slice(_0{});
@@ -95,7 +108,8 @@ CUTE_DEVICE void run_producer(ForwardParams<Traits> const& p, typename Traits::S
       Tensor gK = local_tile(domain_offset(make_coord(w.seq.row_k, _0{}), mK(_, _, head_kv, batch)),
                              Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, block)
       Tensor gV = [&] {
-        if constexpr (Traits::kFp8)  // V^T: variable-length sequences start at multiples of 16 keys
+        // The pre-pass's V^T: variable-length sequences start at multiples of 16 keys.
+        if constexpr (Traits::kFp8 && !Traits::kTransposeValue)
           return local_tile(domain_offset(make_coord(_0{}, p.cu_seqlens_q ? int(transposed_value_start(w.seq.row_k, w.coord.batch))
                                                                           : 0),
                                           mV(_, _, head_kv, batch)),

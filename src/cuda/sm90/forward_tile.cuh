@@ -86,6 +86,24 @@ CUTE_DEVICE TileWork plan_tile(ForwardParams<Traits> const& p, int index) {
   return w;
 }
 
+// The work items the producer publishes (index and plan, one tile slot each), as the producer
+// warpgroup's other three warps follow them (paged V's loader, FP8 V's transposer): read from the
+// slots as the consumers read them, f(plan) for each, until the end marker (an index of num_items
+// or more).
+template <class PipelineTile, class SharedStorage, class F>
+CUTE_DEVICE void for_each_published_item(PipelineTile& pipeline_tile, SharedStorage const& smem, int num_items, F&& f) {
+  typename PipelineTile::PipelineState state;
+  for (;;) {
+    pipeline_tile.consumer_wait(state);
+    const int index = smem.tile_slot[state.index()].index;
+    const TileWork w = smem.tile_slot[state.index()].work;
+    pipeline_tile.consumer_release(state);
+    ++state;
+    if (index >= num_items) break;
+    f(w);
+  }
+}
+
 // Work item `index`'s segment s (0, or 1 for a tail unit that runs across a tile boundary):
 // a whole tile, or part of a tail tile's key blocks.
 template <class Traits>

@@ -36,7 +36,10 @@ auto smem_layout_atom() {
 // except for FP8 (e4m3) inputs, whose output is f16 or bf16 (docs/kernels/fp8-forward.md).
 // kPagedKv_: the traits of the kernel over paged K/V (forward_paged_kv.cuh), whose stages differ
 // in the order of their swizzle atoms (below); `Paged` names them from the others.
-template <class Element_, int kHeadDim_, int kBlockM_ = 128, class OutputElement_ = Element_, bool kPagedKv_ = false>
+// kTransposeValue_ (FP8): V^T written in the kernel (fp8_value_transposer.cuh) instead of by the
+// launch's pre-pass (fp8_value_transpose.cuh); `TransposingValue` names them from the others.
+template <class Element_, int kHeadDim_, int kBlockM_ = 128, class OutputElement_ = Element_, bool kPagedKv_ = false,
+          bool kTransposeValue_ = false>
 struct ForwardTraits {
   using Element = Element_;
   using OutputElement = OutputElement_;
@@ -44,12 +47,17 @@ struct ForwardTraits {
   static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256);
   static constexpr bool kPagedKv = kPagedKv_;
   using Paged = ForwardTraits<Element_, kHeadDim_, kBlockM_, OutputElement_, true>;
+  using TransposingValue = ForwardTraits<Element_, kHeadDim_, kBlockM_, OutputElement_, false, true>;
   // FP8: both operands of every wgmma K-major, so the P.V GEMM reads V^T, which the launch
-  // writes (fp8_value_transpose.cuh) and TMA loads as (head dim, keys) tiles; P goes to e4m3 in
-  // registers (fp8_probabilities.cuh); Q stays in shared memory.
+  // writes (fp8_value_transpose.cuh) and TMA loads as (head dim, keys) tiles, or, with
+  // kTransposeValue, the producer warpgroup's other three warps write from V's rows
+  // (fp8_value_transposer.cuh); P goes to e4m3 in registers (fp8_probabilities.cuh); Q stays in
+  // shared memory.
   static constexpr bool kFp8 = sizeof(Element) == 1;
+  static constexpr bool kTransposeValue = kTransposeValue_;
   static_assert(!kFp8 || sizeof(OutputElement) == 2, "FP8: 16-bit output");
   static_assert(!kFp8 || !kPagedKv, "FP8 reads contiguous K/V only");
+  static_assert(!kTransposeValue || kFp8, "V^T is written in the kernel for FP8 only");
 
   // Tiles. K/V tiles shrink with the head dim so that two stages of each, Q and (for head
   // dims up to 128) a second Q stage and a separate output tile fit in the 227 KB of shared memory, and so that the
@@ -94,6 +102,11 @@ struct ForwardTraits {
   static constexpr bool kTailSplit = !kOutputInKVStages && kConsumerWarpGroups == 2;
   static constexpr int kConsumerThreads = kConsumerWarpGroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;
+  // The producer warpgroup's other three warps have work where V does not arrive by the producer
+  // warp's TMA alone: paged V's loader (forward_paged_kv.cuh) and FP8 V's transposer
+  // (fp8_value_transposer.cuh). They follow the published work items as the consumers do.
+  static constexpr bool kValueWarps = kPagedKv || kTransposeValue;
+  static constexpr int kValueWarpThreads = 96;
   static constexpr int kConsumerRegisters = kConsumerWarpGroups == 3 ? 160 : kHeadDim <= 192 ? 232 : 240;
   static constexpr int kProducerRegisters = kConsumerWarpGroups == 3 ? 32 : kHeadDim <= 192 ? 40 : 24;
   static_assert((kProducerRegisters + kConsumerWarpGroups * kConsumerRegisters) * 128 <= 65536 / kThreads / 8 * 8 * kThreads,
@@ -122,7 +135,8 @@ struct ForwardTraits {
 
   // Shared memory. Q, K and O are K-major (head dim contiguous, as in global memory). 16-bit V
   // is stored the same way and read by the P.V GEMM as V^T, an MN-major B operand; FP8 V^T
-  // arrives transposed, keys contiguous (K-major).
+  // arrives transposed, keys contiguous (K-major), or, with kTransposeValue, V arrives in stages
+  // of rows laid out as K's (v_rows), from which the transposer writes the V^T stages.
   // A swizzle atom is 8 rows (keys) x 128 bytes of the head dim. K's and V's stages order their
   // atoms along the keys first, so that 64 columns of a block are one run (a TMA box of the
   // contiguous kernel); with kPageBoxes (paged, head dims 128, 192 and 256) along the head dim
@@ -146,18 +160,22 @@ struct ForwardTraits {
       decltype(tile_to_shape(smem_layout_atom<Element, kHeadDim, GMMA::Major::MN>(),
                              Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},  // (head dim, key, stage): the
                              std::conditional_t<kPageBoxes, Step<_1, _2, _3>, Step<_2, _1, _3>>{}))>;  // same orders
-  // What the TMA load of V fills: FP8, V^T itself; else the same bytes as (key, head dim, stage).
+  // What the TMA load of V fills: FP8, V^T itself, or V's rows (v_rows) with kTransposeValue;
+  // else the GEMM's stages, the same bytes as (key, head dim, stage).
   using SmemLayoutV = std::conditional_t<
-      kFp8, SmemLayoutVt,
-      decltype(composition(SmemLayoutVt{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{},
-                                                               Step<_2, _1, _3>{})))>;
+      kTransposeValue, SmemLayoutK,
+      std::conditional_t<kFp8, SmemLayoutVt,
+                         decltype(composition(SmemLayoutVt{},
+                                              make_ordered_layout(Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{},
+                                                                  Step<_2, _1, _3>{})))>>;
   // One consumer warpgroup's part of the output tile, (64 rows, head dim): each warpgroup
   // stores its part on its own, with no barrier between them.
   using SmemLayoutO = decltype(tile_to_shape(smem_layout_atom<OutputElement, kHeadDim, GMMA::Major::K>(),
                                              Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}));
   static constexpr int kOutputElems = cosize_v<SmemLayoutO>;
   static constexpr int kStageElems = kBlockN * kHeadDim;  // one K or V stage
-  static_assert(cosize_v<SmemLayoutK> == kStages * kStageElems && cosize_v<SmemLayoutV> == kStages * kStageElems,
+  static_assert(cosize_v<SmemLayoutK> == kStages * kStageElems && cosize_v<SmemLayoutV> == kStages * kStageElems &&
+                    cosize_v<SmemLayoutVt> == kStages * kStageElems,
                 "K and V stages are contiguous");
   static_assert(!kOutputInKVStages || (kOutputElems * sizeof(OutputElement) <= kStageElems * sizeof(Element) &&
                                        kConsumerWarpGroups == 2 && kStageElems * sizeof(Element) % 1024 == 0),
@@ -176,7 +194,7 @@ struct ForwardTraits {
   struct SharedStorage {
     cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
-    cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    cute::array_aligned<Element, cosize_v<SmemLayoutVt>, 1024> v;  // what the P.V GEMM reads
     std::conditional_t<kOutputInKVStages, Empty,
                        cute::array_aligned<OutputElement, kConsumerWarpGroups * kOutputElems, 1024>> o;
     typename PipelineQ::SharedStorage pipeline_q;
@@ -185,6 +203,10 @@ struct ForwardTraits {
     typename PipelineTile::SharedStorage pipeline_tile;
     TileSlot tile_slot[2];
     int tail_arrived[kConsumerWarpGroups];  // forward_tail_split.cuh
+    // kTransposeValue: V's rows as TMA loads them, and their pipeline (producer warp ->
+    // transposer). Last, so that the other kernels' layout is as it was.
+    std::conditional_t<kTransposeValue, typename PipelineV::SharedStorage, Empty> pipeline_v_rows;
+    std::conditional_t<kTransposeValue, cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024>, Empty> v_rows;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -204,8 +226,9 @@ struct ForwardTraits {
                                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaLoadK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
                                           Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  // FP8: V^T as (head dim, keys, heads, batch), keys contiguous.
-  using ValueBox = std::conditional_t<kFp8, Shape<Int<kHeadDim>, Int<kBlockN>>, Shape<Int<kBlockN>, Int<kHeadDim>>>;
+  // FP8 with the pre-pass: V^T as (head dim, keys, heads, batch), keys contiguous.
+  using ValueBox = std::conditional_t<kFp8 && !kTransposeValue, Shape<Int<kHeadDim>, Int<kBlockN>>,
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>>;
   using TmaLoadV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutV{}), ValueBox{}, _1{}));
   using TmaStoreO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensorOut{}, SmemLayoutO{},
                                            Shape<Int<kRowsPerWarpGroup>, Int<kHeadDim>>{}, _1{}));
@@ -216,7 +239,6 @@ struct ForwardTraits {
   // loaded in rows by the producer warpgroup's other three warps.
   static constexpr int kPageRows = 16;
   static_assert(kBlockN % kPageRows == 0, "key blocks of whole page boxes");
-  static constexpr int kValueLoaderThreads = 96;
   static constexpr uint32_t kPageBytes = kPageRows * kHeadDim * sizeof(Element);  // one page box
   using PageBox = Shape<Int<kPageRows>, Int<kHeadDim>>;
   template <class StageLayout>
