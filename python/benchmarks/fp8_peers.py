@@ -4,7 +4,8 @@ Shapes of the issue's speed target and of ../shared/ANCHORS.md: 16k tokens x hid
 16384 / n, 2048 / d heads), head dims 128 and 256, causal and not. Both sides take e4m3 Q, K, V
 in the (b, n, h, d) layout with one descale factor per tensor:
   ours   flashattn.torch.flash_attn_func on float8_e4m3fn tensors (bf16 output, fp32 LSE kept;
-         V's transpose to V^T, a pre-pass of the call, included);
+         V's transpose to V^T included: a pre-pass of the call, or in the kernel where few query
+         rows read each KV head's V);
   cudnn  cuDNN's sdpa_fp8 through its Python frontend (nvidia-cudnn-frontend, run with 1.32.0:
          `pip install nvidia-cudnn-frontend==1.32.0`; skipped when absent), inference mode (no
          stats), its output e4m3 (cuDNN requires an FP8 output on Hopper), P's scale 256;
