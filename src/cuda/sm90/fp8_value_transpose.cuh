@@ -12,7 +12,8 @@
 // aligned stopped the kernel with an illegal instruction (H100, 2026-11-26).
 // It reads and writes V once (1 byte per element each way): 17 us at 16k tokens x hidden 2048 on
 // an H200 (3.9 TB/s; 4.3 for a device-to-device copy, as recorded for that machine), 8-11% of a call at n = 1k, 3-4% at 4k
-// (docs/kernels/fp8-forward.md).
+// (docs/kernels/fp8-forward.md). Calls where few query rows read each KV head's V write V^T in the
+// kernel instead (fp8_value_transposer.cuh; forward_heuristics.hpp: fp8_transposes_value_in_kernel).
 #include <cuda_runtime.h>
 
 #include <cstdint>
