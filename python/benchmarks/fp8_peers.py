@@ -25,7 +25,7 @@ import json
 import statistics
 
 import torch
-from triton.testing import do_bench
+from side_by_side import ms  # the same timing
 
 from flashattn.torch import flash_attn_func
 
@@ -39,10 +39,6 @@ except ImportError:
     fa3 = None
 
 TOKENS, HIDDEN = 16384, 2048
-
-
-def ms(fn):
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def tflops(b, h, n, d, causal, t_ms):

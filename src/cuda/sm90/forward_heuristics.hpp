@@ -57,6 +57,24 @@ constexpr int paged_value_box_pages(int head_dim) {
   return head_dim <= 192 ? 3 : 2;
 }
 
+// FP8: whether the kernel writes V^T itself (fp8_value_transposer.cuh) instead of the launch's
+// pre-pass (fp8_value_transpose.cuh). In the kernel every query tile transposes each V block it
+// reads, so the cost grows with the query rows that read a KV head's V (seqlen_q x the query heads
+// that share it); the pre-pass moves V once a call (17 us at 16k tokens x hidden 2048) and adds
+// twice V's bytes to the call's memory traffic. The transposer on every call against the pre-pass
+// (H200, 2026-11-29, against 0eb2426; docs/kernels/fp8-forward.md): d = 128 1.21-1.35x decoding
+// (1-16 queries x 4 heads over 4k-32k keys), 1.11-1.13x at 512 rows over 32k keys, +11% / +2-7% /
+// -1 to +1.5% / -2 to -4% at 1k / 2k / 4k / 16k rows without GQA; d = 256 1.16-1.19x decoding,
+// 0.97x at 512 rows over 32k keys, -1% at 1k, -6% at 2k, -7 to -14% from 4k.
+constexpr long long fp8_in_kernel_transpose_max_rows(int head_dim) { return head_dim <= 128 ? 2048 : 128; }
+inline bool fp8_transposes_value_in_kernel(int head_dim, int seqlen_q, int group) {
+  return (long long)seqlen_q * group <= fp8_in_kernel_transpose_max_rows(head_dim);
+}
+
+// Whether three consumer warpgroups' fragments fit at this head dim: up to 64, or up to 128 for FP8
+// (its serial mainloop). The traits, the launch and the rule below all ask this.
+constexpr bool tall_tiles_fit(int head_dim, bool fp8) { return head_dim <= (fp8 ? 128 : 64); }
+
 // Query rows per tile: 128 (two consumer warpgroups), or up to head dim 64 192 (three), which
 // ran 9-12% faster per row on long sequences (H100; docs/log/sm90-forward.md has each figure
 // under its date). A warpgroup whose 64 rows all lie past the end of a sequence skips its GEMMs
@@ -72,23 +90,6 @@ constexpr int paged_value_box_pages(int head_dim) {
 // FP8 (`fp8`) takes the rule up to head dim 128: its 192-row tiles at d = 65-128 run each
 // warpgroup's key blocks one after the other (forward_traits.cuh: kSerialMainloop), 0-15% faster
 // than 128 rows at 16k tokens (H200, 2026-11-29; docs/kernels/fp8-forward.md).
-// Whether three consumer warpgroups' fragments fit at this head dim: up to 64, or up to 128 for FP8
-// (its serial mainloop). The traits, the launch and the rule below all ask this.
-// FP8: whether the kernel writes V^T itself (fp8_value_transposer.cuh) instead of the launch's
-// pre-pass (fp8_value_transpose.cuh). In the kernel every query tile transposes each V block it
-// reads, so the cost grows with the query rows that read a KV head's V (seqlen_q x the query heads
-// that share it); the pre-pass moves V once a call (17 us at 16k tokens x hidden 2048) and adds
-// twice V's bytes to the call's memory traffic. Per call against the pre-pass (H200, 2026-11-29,
-// docs/kernels/fp8-forward.md): d = 128 +25-30% decoding (1-16 queries x 4 heads over 4k-32k
-// keys), +11% at 512 rows over 32k keys, +11% / +6% / level / -2 to -3% at 1k / 2k / 4k / 16k
-// rows without GQA; d = 256 +16-19% decoding, -3% at 512 rows over 32k keys, level at 1k, -6% at
-// 2k, -10 to -14% from 4k.
-constexpr long long fp8_in_kernel_transpose_max_rows(int head_dim) { return head_dim <= 128 ? 2048 : 128; }
-inline bool fp8_transposes_value_in_kernel(int head_dim, int seqlen_q, int group) {
-  return (long long)seqlen_q * group <= fp8_in_kernel_transpose_max_rows(head_dim);
-}
-
-constexpr bool tall_tiles_fit(int head_dim, bool fp8) { return head_dim <= (fp8 ? 128 : 64); }
 inline int query_block_rows(int head_dim, int seqlen_q, long long heads_x_batch, int sm_count, bool dropout,
                             bool fp8 = false) {
   if (!tall_tiles_fit(head_dim, fp8) || dropout) return 128;

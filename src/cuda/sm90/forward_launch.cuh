@@ -68,7 +68,7 @@ ForwardParams<Traits> make_forward_params(const detail::ForwardProblem& p, int s
   f.tma_k_page = make_tma_copy(SM90_TMA_LOAD{}, k,
                                typename Traits::template PageBoxLayout<typename Traits::SmemLayoutK>{}, PageBox{}, _1{});
   f.shape_kv_page = k.shape();
-  if constexpr (!Traits::kFp8 || Traits::kTransposeValue) {  // FP8's pre-pass: set_transposed_value
+  if constexpr (!Traits::kFp8 || Traits::kTransposeValue) {  // V itself (the pre-pass's V^T: set_transposed_value)
     auto v = key_side(p.v);
     f.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutV{}),
                             typename Traits::ValueBox{}, _1{});
@@ -228,7 +228,7 @@ void launch_forward(const detail::ForwardProblem& p, int sm_count, int l2_bytes)
     // V^T written in the kernel where few query rows read each KV head's V (forward_heuristics.hpp)
     // and the transposer's addresses hold for the stages (fp8_value_transposer.cuh).
     if constexpr (!Traits::kTransposeValue && transposer_addresses_hold<typename Traits::TransposingValue>()) {
-      if (fp8_transposes_value_in_kernel(Traits::kHeadDim, p.seqlen_q, p.heads_q / std::max(p.heads_kv, 1)))
+      if (fp8_transposes_value_in_kernel(Traits::kHeadDim, p.seqlen_q, p.group_size()))
         return launch_forward<typename Traits::TransposingValue>(p, sm_count, l2_bytes);
     }
     // Block quantization: one more kernel per (head dim, output type), with the default softmax.

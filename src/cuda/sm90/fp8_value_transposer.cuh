@@ -81,6 +81,9 @@ constexpr bool transposer_addresses_hold() {
   }
 }
 
+// CuTe's SM75_U16x8_LDSM_T and SM90_U32x4_STSM_N, taking a 32-bit shared-memory address: theirs
+// take a reference, and the first build, through them, computed every unit's address as a 64-bit
+// generic pointer (SASS, 2026-11-29).
 CUTE_DEVICE void ldmatrix_x4_trans(uint32_t address, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -102,7 +105,6 @@ CUTE_DEVICE void run_value_transposer(ForwardParams<Traits> const& p, typename T
                                       typename Traits::PipelineTile& pipeline_tile, int thread) {
   using namespace cute;
   constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  static_assert(kBlockN % kTransposeUnitKeys == 0 && kHeadDim % kTransposeUnitDims == 0, "whole units");
   constexpr int kKeyUnits = kBlockN / kTransposeUnitKeys;
   constexpr int kWarps = Traits::kValueWarpThreads / 32;
   constexpr int kDimUnits = kHeadDim / kTransposeUnitDims;
@@ -111,7 +113,7 @@ CUTE_DEVICE void run_value_transposer(ForwardParams<Traits> const& p, typename T
   constexpr int kInFlight = kDimUnits % 2 == 0 ? 2 : 1;
   using RowsLayout = typename Traits::SmemLayoutV;    // (key, dim, stage)
   using ValueTLayout = typename Traits::SmemLayoutVt;  // (dim, key, stage)
-  static_assert(transposer_addresses_hold<Traits>(), "a unit's offsets are the XOR of their parts");
+  static_assert(transposer_addresses_hold<Traits>(), "whole units, whose offsets are the XOR of their parts");
   const uint32_t rows_base = cast_smem_ptr_to_uint(smem.v_rows.data());
   const uint32_t vt_base = cast_smem_ptr_to_uint(smem.v.data());
   const int warp = thread / 32, lane = thread % 32;
