@@ -108,8 +108,9 @@ CUTE_DEVICE void run_value_transposer(ForwardParams<Traits> const& p, typename T
   constexpr int kKeyUnits = kBlockN / kTransposeUnitKeys;
   constexpr int kWarps = Traits::kValueWarpThreads / 32;
   constexpr int kDimUnits = kHeadDim / kTransposeUnitDims;
-  // Units loaded before their stores: two (one: 3.5-4% slower at d = 256; four: level with two,
-  // ptxas orders them two by two in 24 registers; H200, 2026-11-29).
+  // Units loaded before their stores: two (one: 3.5-4% slower at d = 256; four: level with two;
+  // H200, 2026-11-29). In the SASS at d = 256 ptxas still gives both loads one destination quad in
+  // the warps' 24 registers, so each load's latency is waited out in turn (docs/kernels/fp8-forward.md).
   constexpr int kInFlight = kDimUnits % 2 == 0 ? 2 : 1;
   using RowsLayout = typename Traits::SmemLayoutV;    // (key, dim, stage)
   using ValueTLayout = typename Traits::SmemLayoutVt;  // (dim, key, stage)
